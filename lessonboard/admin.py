@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from lessonboard.models import AgentToken, AuditEvent, WorkerHeartbeat, Workspace
+from lessonboard.tokens import issue_token
+
+admin.site.site_header = "lessonboard administration"
+admin.site.site_title = "lessonboard admin"
+
+
+@admin.register(AgentToken)
+class AgentTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "prefix", "scopes", "created_by", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at", "created_at"]
+    search_fields = ["name", "prefix"]
+    readonly_fields = ["prefix", "created_by", "created_at", "last_used_at", "revoked_at"]
+    fields = ["name", "scopes", "prefix", "created_by", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def save_model(self, request: HttpRequest, obj: AgentToken, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        # A new token is issued by tokens.issue_token so only its hash is stored; the plaintext is
+        # shown once, in the success message.
+        issued = issue_token(obj.name, obj.scopes or ["ingest"], created_by=request.user)
+        obj.pk = issued.token.pk
+        obj.refresh_from_db()
+        AuditEvent.record("token.create", user=request.user, object_type="agent_token", object_ids=[obj.pk])
+        messages.warning(request, f"Token for {obj.name} (copy it now, it is not shown again): {issued.plaintext}")
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[AgentToken]) -> None:
+        ids = []
+        for token in queryset:
+            token.revoke()
+            ids.append(token.pk)
+        AuditEvent.record("token.revoke", user=request.user, object_type="agent_token", object_ids=ids)
+        self.message_user(request, f"Revoked {len(ids)} token(s).")
+
+
+@admin.register(Workspace)
+class WorkspaceAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "repo_path", "created_at"]
+    search_fields = ["slug", "name", "repo_path"]
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "actor", "action", "object_type", "object_ids", "reason"]
+    list_filter = ["action", "object_type", "created_at"]
+    search_fields = ["action", "object_type", "reason", "actor_user__username", "actor_token__name"]
+    date_hierarchy = "created_at"
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(WorkerHeartbeat)
+class WorkerHeartbeatAdmin(admin.ModelAdmin):
+    list_display = ["hostname", "node", "last_seen", "beats"]
+    list_filter = ["node"]
+    search_fields = ["hostname"]

@@ -1,0 +1,92 @@
+"""Readiness checks for ``/readyz``: each returns (ok, detail) and never raises."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.migrations.executor import MigrationExecutor
+
+Check = Callable[[], tuple[bool, str]]
+
+
+def check_database() -> tuple[bool, str]:
+    try:
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True, "reachable"
+    except Exception as exc:
+        return False, f"unreachable: {exc}".strip()
+
+
+def check_migrations() -> tuple[bool, str]:
+    try:
+        connection = connections[DEFAULT_DB_ALIAS]
+        executor = MigrationExecutor(connection)
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    except Exception as exc:
+        return False, f"cannot read migration state: {exc}"
+    if plan:
+        return False, f"{len(plan)} migration(s) not applied (run manage.py migrate)"
+    return True, "applied"
+
+
+def check_broker() -> tuple[bool, str]:
+    url = settings.CELERY_BROKER_URL
+    if url.startswith("filesystem://"):
+        return _writable(Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]), "filesystem broker")
+    from lessonboard.celery import app
+
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        return True, f"reachable ({conn.transport_cls})"
+    except Exception as exc:
+        return False, f"unreachable: {exc}"
+
+
+def check_data_dir() -> tuple[bool, str]:
+    ok, detail = _writable(settings.DATA_DIR, "data dir")
+    if not ok:
+        return ok, detail
+    for extra in getattr(settings, "READINESS_DIRS", []):
+        ok, detail = _writable(Path(extra), str(extra))
+        if not ok:
+            return ok, detail
+    return True, "writable"
+
+
+def _writable(path: Path, label: str) -> tuple[bool, str]:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path, prefix=".readyz.")
+        os.close(fd)
+        os.unlink(name)
+        return True, "writable"
+    except OSError as exc:
+        return False, f"{label} {path} not writable: {exc}"
+
+
+CHECKS: dict[str, Check] = {
+    "database": check_database,
+    "migrations": check_migrations,
+    "broker": check_broker,
+    "data_dir": check_data_dir,
+}
+
+
+def run_checks() -> tuple[bool, dict[str, dict[str, object]]]:
+    results: dict[str, dict[str, object]] = {}
+    all_ok = True
+    for name, check in CHECKS.items():
+        if name == "migrations" and not results.get("database", {}).get("ok", True):
+            ok, detail = False, "skipped: database unreachable"
+        else:
+            ok, detail = check()
+        results[name] = {"ok": ok, "detail": detail}
+        all_ok = all_ok and ok
+    return all_ok, results

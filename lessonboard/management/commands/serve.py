@@ -1,0 +1,184 @@
+"""`manage.py serve`: the whole of lessonboard on one machine, in the foreground.
+
+Order of start: embedded PostgreSQL (unless DATABASE_URL) → migrate → first-run admin → Celery worker
+and beat → gunicorn → wait for /healthz → print the URL and how to log in.
+Order of stop (Ctrl-C or SIGTERM): web first (no new work accepted), then the workers drain within
+LESSONBOARD_DRAIN_TIMEOUT (the WAL keeps whatever is not finished), then beat, then PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from lessonboard import embedded
+from lessonboard.roles import ADMIN, assign_role
+
+
+class Command(BaseCommand):
+    help = "Run lessonboard: (embedded) PostgreSQL, Celery worker and beat, and gunicorn."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=settings.WEB_HOST)
+        parser.add_argument("--port", type=int, default=settings.WEB_PORT)
+        parser.add_argument("--no-workers", action="store_true", help="web only (workers run elsewhere)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self.stop_requested = threading.Event()
+        self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        try:
+            child_env = self._prepare()
+            self._start_children(child_env, options)
+            url = f"http://{options['host']}:{options['port']}/"
+            if not self._wait_for_web(url):
+                raise CommandError("the web server did not come up; see its output above")
+            self._print_welcome(url)
+            self._supervise()
+        finally:
+            self._shutdown()
+
+    # --- start -----------------------------------------------------------------------------------
+    def _prepare(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["DJANGO_SETTINGS_MODULE"] = "lessonboard.settings"
+        if settings.EMBEDDED_DATABASE:
+            pgdata = settings.EMBEDDED_PGDATA
+            self.stdout.write(f"Starting embedded PostgreSQL in {pgdata} …")
+            embedded.start(pgdata)
+            name = settings.DATABASES["default"]["NAME"]
+            embedded.ensure_database(pgdata, name)
+            settings.DATABASES["default"]["HOST"] = str(embedded.socket_dir(pgdata))
+            env["DATABASE_URL"] = embedded.database_url(pgdata, name)
+        # Metrics of a previous run are stale: start multiprocess mode from an empty directory.
+        metrics_dir = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+        for stale in metrics_dir.glob("*.db"):
+            stale.unlink(missing_ok=True)
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+        self.stdout.write("Applying migrations …")
+        call_command("migrate", interactive=False, verbosity=0)
+        self._ensure_admin()
+        return env
+
+    def _ensure_admin(self) -> None:
+        User = get_user_model()
+        self.login_hint: list[str]
+        username = settings.ADMIN_USERNAME
+        if User.objects.filter(is_superuser=True).exists():
+            self.login_hint = [
+                "Log in with the admin account created on the first run "
+                f"(user '{username}', password printed then or set by LESSONBOARD_ADMIN_PASSWORD).",
+                f"Forgot the password? python3 lb.py manage changepassword {username}",
+            ]
+            return
+        password = settings.ADMIN_PASSWORD or secrets.token_urlsafe(12)
+        user = User.objects.create_user(username=username, email=settings.ADMIN_EMAIL, password=password)
+        assign_role(user, ADMIN)
+        shown = password if not settings.ADMIN_PASSWORD else "(the value of LESSONBOARD_ADMIN_PASSWORD)"
+        self.login_hint = [
+            "First run: created the admin account.",
+            f"    username: {username}",
+            f"    password: {shown}",
+            "The generated password is shown only this once: write it down.",
+        ]
+
+    def _start_children(self, env: dict[str, str], options: dict[str, Any]) -> None:
+        python = sys.executable
+        bind = f"{options['host']}:{options['port']}"
+        web = [
+            python, "-m", "gunicorn", "lessonboard.wsgi:application", "--config",
+            "python:lessonboard.gunicorn_conf", "--bind", bind, "--workers", str(settings.WEB_WORKERS),
+        ]
+        self._spawn("web", web, env)
+        if options["no_workers"]:
+            return
+        data = settings.DATA_DIR
+        worker = [
+            python, "-m", "celery", "-A", "lessonboard", "worker", "--loglevel", "INFO",
+            "--queues", ",".join(settings.WORKER_QUEUES), "--concurrency", str(settings.WORKER_CONCURRENCY),
+            "--hostname", f"worker@{settings.NODE_NAME}", "--without-gossip", "--without-mingle",
+            "--without-heartbeat",
+        ]
+        beat = [
+            python, "-m", "celery", "-A", "lessonboard", "beat", "--loglevel", "INFO",
+            "--schedule", str(data / "celerybeat-schedule"), "--pidfile", str(data / "celerybeat.pid"),
+        ]
+        self._spawn("worker", worker, env)
+        self._spawn("beat", beat, env)
+        # Beat's first heartbeat comes one interval later; ask for one now so the Overview fills at once.
+        from lessonboard.tasks import heartbeat
+
+        heartbeat.delay()
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
+        self.stdout.write(f"Starting {name}: {' '.join(cmd[1:6])} …")
+        self.children.append((name, subprocess.Popen(cmd, env=env, cwd=settings.BASE_DIR)))
+
+    def _wait_for_web(self, url: str) -> bool:
+        for _ in range(600):  # up to 60 s
+            if self.stop_requested.is_set() or any(proc.poll() is not None for _, proc in self.children):
+                return False
+            try:
+                with urllib.request.urlopen(url + "healthz", timeout=1) as response:
+                    if response.status == 200:
+                        return True
+            except OSError:
+                pass
+            self.stop_requested.wait(0.1)
+        return False
+
+    def _print_welcome(self, url: str) -> None:
+        lines = ["", "=" * 72, f"lessonboard is running at {url}", *self.login_hint]
+        lines += [f"Admin site: {url}admin/", "Press Ctrl-C to stop (workers drain, PostgreSQL stops).", "=" * 72, ""]
+        self.stdout.write("\n".join(lines))
+        self.stdout.flush()
+
+    # --- run and stop ------------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.stop_requested.set()
+
+    def _supervise(self) -> None:
+        while not self.stop_requested.wait(0.5):
+            for name, proc in self.children:
+                if proc.poll() is not None:
+                    self.stderr.write(f"{name} exited with status {proc.returncode}; stopping lessonboard.")
+                    self.stop_requested.set()
+                    break
+
+    def _shutdown(self) -> None:
+        self.stdout.write("Stopping lessonboard …")
+        order = ["web", "worker", "beat"]
+        for name in order:
+            for child_name, proc in self.children:
+                if child_name == name and proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            timeout = settings.DRAIN_TIMEOUT + 5 if name == "worker" else 15
+            for child_name, proc in self.children:
+                if child_name != name:
+                    continue
+                try:
+                    proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    self.stderr.write(f"{name} did not stop in {timeout:.0f}s; killing it.")
+                    proc.kill()
+                    proc.wait()
+        if settings.EMBEDDED_DATABASE:
+            from django.db import connections
+
+            connections.close_all()
+            self.stdout.write("Stopping embedded PostgreSQL …")
+            embedded.stop(settings.EMBEDDED_PGDATA)
+        self.stdout.write("Stopped.")

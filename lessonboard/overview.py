@@ -1,0 +1,44 @@
+"""What the Overview page counts. Apps append a ``(label, callable, url name or None)`` to ``SECTIONS``
+from their ``AppConfig.ready()``; each callable returns the number to show and must stay cheap."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from lessonboard.models import AgentToken, AuditEvent, WorkerHeartbeat, Workspace
+
+
+@dataclass(frozen=True)
+class Count:
+    group: str
+    label: str
+    value: Callable[[], int]
+    url_name: str | None = None
+
+
+WORKER_FRESH = timedelta(minutes=2)
+
+
+def live_workers() -> int:
+    return WorkerHeartbeat.objects.filter(last_seen__gte=timezone.now() - WORKER_FRESH).count()
+
+
+SECTIONS: list[Count] = [
+    Count("Platform", "Users", lambda: get_user_model().objects.filter(is_active=True).count(), None),
+    Count("Platform", "Active agent tokens", lambda: AgentToken.objects.active().count(), None),
+    Count("Platform", "Workspaces", lambda: Workspace.objects.count(), None),
+    Count("Platform", "Workers seen in the last 2 minutes", live_workers, None),
+    Count("Platform", "Audit events", lambda: AuditEvent.objects.count(), None),
+]
+
+
+def collect() -> list[tuple[str, list[tuple[str, int, str | None]]]]:
+    groups: dict[str, list[tuple[str, int, str | None]]] = {}
+    for count in SECTIONS:
+        groups.setdefault(count.group, []).append((count.label, count.value(), count.url_name))
+    return list(groups.items())

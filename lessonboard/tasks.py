@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import socket
+
+from celery import shared_task
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+
+from lessonboard.metrics import WORKER_HEARTBEATS
+from lessonboard.models import WorkerHeartbeat
+
+
+@shared_task(name="lessonboard.tasks.heartbeat", ignore_result=True)
+def heartbeat() -> str:
+    """Record that a worker is alive (the Overview shows it; ``Ping workers`` sends one on demand)."""
+    hostname = f"{settings.NODE_NAME}:{socket.gethostname()}"
+    updated = WorkerHeartbeat.objects.filter(hostname=hostname).update(
+        last_seen=timezone.now(), beats=F("beats") + 1, node=settings.NODE_NAME
+    )
+    if not updated:
+        WorkerHeartbeat.objects.get_or_create(hostname=hostname, defaults={"node": settings.NODE_NAME, "beats": 1})
+    WORKER_HEARTBEATS.labels(node=settings.NODE_NAME).inc()
+    return hostname

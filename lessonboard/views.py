@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from lessonboard import health, llm, overview
+from lessonboard.models import AuditEvent, WorkerHeartbeat
+from lessonboard.permissions import require_perm, view_required
+from lessonboard.tasks import heartbeat
+
+
+def _overview_context(request: HttpRequest) -> dict[str, object]:
+    return {
+        "groups": overview.collect(),
+        "workers": WorkerHeartbeat.objects.all()[:20],
+        "llm_configured": llm.is_configured(),
+        "llm_status": llm.status_text(),
+        "can_operate": request.user.has_perm("lessonboard.operate_queue"),
+    }
+
+
+@require_GET
+@view_required
+def overview_page(request: HttpRequest) -> HttpResponse:
+    template = "lessonboard/overview.html#counts" if request.htmx else "lessonboard/overview.html"  # type: ignore[attr-defined]
+    return render(request, template, _overview_context(request))
+
+
+@require_POST
+@require_perm("lessonboard.operate_queue")
+def ping_workers(request: HttpRequest) -> HttpResponse:
+    """Publish one heartbeat task; the Overview's worker list shows who answered."""
+    transaction.on_commit(heartbeat.delay)
+    AuditEvent.record("workers.ping", user=request.user, object_type="worker")
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, "lessonboard/overview.html#ping-sent", {})
+    messages.success(request, "Heartbeat sent to the workers.")
+    return redirect("overview")
+
+
+@never_cache
+def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+@never_cache
+def readyz(request: HttpRequest) -> JsonResponse:
+    ok, checks = health.run_checks()
+    return JsonResponse({"status": "ready" if ok else "not ready", "checks": checks}, status=200 if ok else 503)

@@ -1,0 +1,5 @@
+from django.urls import URLPattern, URLResolver
+
+app_name = "lessons"
+
+urlpatterns: list[URLPattern | URLResolver] = []

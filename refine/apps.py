@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class RefineConfig(AppConfig):
+    name = "refine"
+    verbose_name = "Self-Refine"
