@@ -29,7 +29,7 @@ def venv_python() -> Path:
 
 
 def ensure_venv() -> Path:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - lb.py must run on any python3 to say this
         sys.exit(f"lessonboard needs Python 3.11 or newer; this is {sys.version.split()[0]}")
     wanted = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
     python = venv_python()
@@ -48,8 +48,10 @@ def ensure_venv() -> Path:
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"serve", "test", "manage", "setup"}:
         print(__doc__)
-        print("Also: `python3 lb.py manage <command> …` runs manage.py inside the venv;"
-              " `python3 lb.py setup` only builds the venv.")
+        print(
+            "Also: `python3 lb.py manage <command> …` runs manage.py inside the venv;"
+            " `python3 lb.py setup` only builds the venv."
+        )
         return 2
     python = ensure_venv()
     verb, rest = argv[0], argv[1:]

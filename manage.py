@@ -16,7 +16,7 @@ def main() -> None:
         from lessonboard import embedded
 
         embedded.start(settings.EMBEDDED_PGDATA)
-        embedded.ensure_database(settings.EMBEDDED_PGDATA, settings.DATABASES["default"]["NAME"])
+        embedded.ensure_database(settings.EMBEDDED_PGDATA, str(settings.DATABASES["default"]["NAME"]))
         settings.DATABASES["default"]["HOST"] = str(embedded.socket_dir(settings.EMBEDDED_PGDATA))
 
     from django.core.management import execute_from_command_line

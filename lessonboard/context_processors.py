@@ -32,6 +32,7 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
             url = reverse(name)
         except NoReverseMatch:
             continue
-        items.append({"label": label, "url": url, "active": request.path == url or (
-            url != "/" and request.path.startswith(url))})
+        items.append(
+            {"label": label, "url": url, "active": request.path == url or (url != "/" and request.path.startswith(url))}
+        )
     return {"nav": items}

@@ -35,17 +35,17 @@ class Env:
         value = value.strip()
         return value if value != "" else None
 
-    def str(self, name: str, default: str = "") -> str:
+    def text(self, name: str, default: str = "") -> str:
         raw = self._raw(name)
         return default if raw is None else raw
 
     def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
-        value = self.str(name, default).lower()
+        value = self.text(name, default).lower()
         if value not in choices:
             raise ImproperlyConfigured(f"{name}={value!r} is not one of: {', '.join(choices)}")
         return value
 
-    def bool(self, name: str, default: bool) -> bool:
+    def flag(self, name: str, default: bool) -> bool:
         raw = self._raw(name)
         if raw is None:
             return default
@@ -55,7 +55,7 @@ class Env:
             return False
         raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use one of 1/0, true/false, yes/no, on/off)")
 
-    def int(self, name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    def integer(self, name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
         raw = self._raw(name)
         if raw is None:
             return default
@@ -66,9 +66,7 @@ class Env:
         self._check_range(name, value, minimum, maximum)
         return value
 
-    def float(
-        self, name: str, default: float, *, minimum: float | None = None, maximum: float | None = None
-    ) -> float:
+    def number(self, name: str, default: float, *, minimum: float | None = None, maximum: float | None = None) -> float:
         raw = self._raw(name)
         if raw is None:
             return default
@@ -93,7 +91,7 @@ class Env:
         self._check_range(name, value, minimum, None)
         return value
 
-    def list(self, name: str, default: list[str] | tuple[str, ...], *, lower: bool = True) -> list[str]:
+    def items(self, name: str, default: list[str] | tuple[str, ...], *, lower: bool = True) -> list[str]:
         """Comma-separated, trimmed, empties dropped (lowercased unless told otherwise), as chatcli."""
         raw = self._raw(name)
         if raw is None:

@@ -100,6 +100,8 @@ def chat(
         )
     except openai.OpenAIError as exc:
         raise classify(exc) from exc
+    except ValueError as exc:  # the client decodes the body itself: a garbled one surfaces as ValueError
+        raise TransientLLMError(f"malformed chat response from provider: {exc}") from exc
     try:
         choice = response.choices[0]
         text = choice.message.content or ""
@@ -122,6 +124,8 @@ def embed(texts: list[str], *, model: str, timeout: float | None = None) -> list
         response = api.embeddings.create(model=model, input=texts)
     except openai.OpenAIError as exc:
         raise classify(exc) from exc
+    except ValueError as exc:
+        raise TransientLLMError(f"malformed embeddings response from provider: {exc}") from exc
     try:
         rows = sorted(response.data, key=lambda item: item.index)
         vectors = [list(map(float, row.embedding)) for row in rows]

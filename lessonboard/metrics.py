@@ -10,13 +10,10 @@ from __future__ import annotations
 import os
 
 from django.http import HttpRequest, HttpResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
-from prometheus_client import multiprocess
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest, multiprocess
 from prometheus_client.platform_collector import PlatformCollector
 
-WORKER_HEARTBEATS = Counter(
-    "lessonboard_worker_heartbeats_total", "Heartbeat tasks run by Celery workers.", ["node"]
-)
+WORKER_HEARTBEATS = Counter("lessonboard_worker_heartbeats_total", "Heartbeat tasks run by Celery workers.", ["node"])
 
 
 def registry() -> CollectorRegistry:

@@ -28,6 +28,9 @@ class SitePermission(models.Model):
             ("manage_tokens", "Can create and revoke agent API tokens"),
         ]
 
+    def __str__(self) -> str:
+        return "site permission"
+
 
 class TokenScope(models.TextChoices):
     INGEST = "ingest", "ingest: send Reflexion triggers only"

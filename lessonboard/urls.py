@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from lessonboard import metrics, views
+from lessonboard import api_views, metrics, views
 
 urlpatterns = [
     path("", views.overview_page, name="overview"),
@@ -13,6 +13,8 @@ urlpatterns = [
     path("readyz", views.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
+    path("api/v1/whoami", api_views.whoami, name="api-whoami"),
+    path("api/v1/workspaces", api_views.workspaces, name="api-workspaces"),
     path("", include("lessons.urls")),
     path("", include("lessonq.urls")),
     path("", include("refine.urls")),

@@ -14,7 +14,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="a name for the agent or harness using the token")
         parser.add_argument(
-            "--scope", action="append", choices=TokenScope.values, default=None,
+            "--scope",
+            action="append",
+            choices=TokenScope.values,
+            default=None,
             help="scope to grant; repeat for several (default: ingest)",
         )
 
@@ -23,8 +26,12 @@ class Command(BaseCommand):
             issued = issue_token(options["name"], options["scope"] or [TokenScope.INGEST])
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        AuditEvent.record("token.create", object_type="agent_token", object_ids=[issued.token.pk],
-                          reason="manage.py create_agent_token")
+        AuditEvent.record(
+            "token.create",
+            object_type="agent_token",
+            object_ids=[issued.token.pk],
+            reason="manage.py create_agent_token",
+        )
         self.stdout.write(f"Token for {issued.token.name} (scopes: {', '.join(issued.token.scopes)}):")
         self.stdout.write(issued.plaintext)
         self.stderr.write("Store it now: it is not shown again. Use it as 'Authorization: Bearer <token>'.")

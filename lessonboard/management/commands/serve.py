@@ -59,7 +59,7 @@ class Command(BaseCommand):
             pgdata = settings.EMBEDDED_PGDATA
             self.stdout.write(f"Starting embedded PostgreSQL in {pgdata} …")
             embedded.start(pgdata)
-            name = settings.DATABASES["default"]["NAME"]
+            name = str(settings.DATABASES["default"]["NAME"])
             embedded.ensure_database(pgdata, name)
             settings.DATABASES["default"]["HOST"] = str(embedded.socket_dir(pgdata))
             env["DATABASE_URL"] = embedded.database_url(pgdata, name)
@@ -99,22 +99,53 @@ class Command(BaseCommand):
         python = sys.executable
         bind = f"{options['host']}:{options['port']}"
         web = [
-            python, "-m", "gunicorn", "lessonboard.wsgi:application", "--config",
-            "python:lessonboard.gunicorn_conf", "--bind", bind, "--workers", str(settings.WEB_WORKERS),
+            python,
+            "-m",
+            "gunicorn",
+            "lessonboard.wsgi:application",
+            "--config",
+            "python:lessonboard.gunicorn_conf",
+            "--bind",
+            bind,
+            "--workers",
+            str(settings.WEB_WORKERS),
         ]
         self._spawn("web", web, env)
         if options["no_workers"]:
             return
         data = settings.DATA_DIR
         worker = [
-            python, "-m", "celery", "-A", "lessonboard", "worker", "--loglevel", "INFO",
-            "--queues", ",".join(settings.WORKER_QUEUES), "--concurrency", str(settings.WORKER_CONCURRENCY),
-            "--hostname", f"worker@{settings.NODE_NAME}", "--without-gossip", "--without-mingle",
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "lessonboard",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--queues",
+            ",".join(settings.WORKER_QUEUES),
+            "--concurrency",
+            str(settings.WORKER_CONCURRENCY),
+            "--hostname",
+            f"worker@{settings.NODE_NAME}",
+            "--without-gossip",
+            "--without-mingle",
             "--without-heartbeat",
         ]
         beat = [
-            python, "-m", "celery", "-A", "lessonboard", "beat", "--loglevel", "INFO",
-            "--schedule", str(data / "celerybeat-schedule"), "--pidfile", str(data / "celerybeat.pid"),
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "lessonboard",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(data / "celerybeat-schedule"),
+            "--pidfile",
+            str(data / "celerybeat.pid"),
         ]
         self._spawn("worker", worker, env)
         self._spawn("beat", beat, env)

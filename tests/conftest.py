@@ -1,0 +1,211 @@
+"""Fixtures shared by every test folder: personas, API tokens, the fake OpenAI server, real processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from lessonboard.tokens import issue_token
+from tests.factories import UserFactory
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.support.processes import CeleryWorker, Gunicorn, purge_broker, subprocess_env
+
+PASSWORD = "pw-not-secret-123"
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+# --- personas ----------------------------------------------------------------------------------------
+@pytest.fixture
+def alice(db: Any) -> Any:
+    """Alice operates the queue."""
+    return UserFactory(username="alice", role="operator")
+
+
+@pytest.fixture
+def bob(db: Any) -> Any:
+    """Bob reviews memory writes."""
+    return UserFactory(username="bob", role="reviewer")
+
+
+@pytest.fixture
+def carol(db: Any) -> Any:
+    """Carol may only look."""
+    return UserFactory(username="carol", role="viewer")
+
+
+@pytest.fixture
+def admin_user(db: Any) -> Any:
+    return UserFactory(username="root", role="admin")
+
+
+@pytest.fixture
+def client_as() -> Callable[[Any], Client]:
+    def make(user: Any) -> Client:
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+# --- API tokens ------------------------------------------------------------------------------------------
+class ApiClient:
+    """Django's test client with a bearer token and JSON bodies."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.client = Client()
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def post(self, path: str, data: Any = None, *, raw: bytes | str | None = None) -> Any:
+        import json
+
+        body = raw if raw is not None else json.dumps(data if data is not None else {})
+        return self.client.post(path, data=body, content_type="application/json", headers=self._headers())
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return self.client.get(path, params or {}, headers=self._headers())
+
+
+@pytest.fixture
+def agent_token(db: Any) -> Callable[..., str]:
+    """``agent_token("name", "ingest")`` → the plaintext of a fresh token."""
+
+    def make(name: str = "test-agent", *scopes: str) -> str:
+        return issue_token(name, scopes or ("full",)).plaintext
+
+    return make
+
+
+@pytest.fixture
+def api(agent_token: Callable[..., str]) -> ApiClient:
+    """An API client holding a ``full`` token."""
+    return ApiClient(agent_token("test-agent", "full"))
+
+
+# --- the fake OpenAI server ------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def fake_openai_server() -> Iterator[FakeOpenAIServer]:
+    server = FakeOpenAIServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_openai(fake_openai_server: FakeOpenAIServer, settings: Any) -> Iterator[FakeOpenAIServer]:
+    """The fake server, reset, and the gateway's settings pointing at it."""
+    fake_openai_server.reset()
+    settings.LLM_BASE_URL = fake_openai_server.url
+    settings.LLM_MODEL = fake_openai_server.model
+    settings.LLM_API_KEY = "sk-test"
+    settings.LLM_TIMEOUT = 5.0
+    yield fake_openai_server
+    fake_openai_server.reset()
+
+
+# --- real processes --------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def celery_worker(
+    django_db_setup: Any, django_db_blocker: Any, fake_openai_server: FakeOpenAIServer
+) -> Iterator[CeleryWorker]:
+    """One real worker process for the session, on every queue, talking to the fake LLM.
+
+    It depends on ``django_db_setup`` so it stops before the test database is dropped.
+    """
+    with django_db_blocker.unblock():
+        purge_broker()
+        env = subprocess_env(
+            LESSONBOARD_LLM_BASE_URL=fake_openai_server.url,
+            LESSONBOARD_LLM_MODEL=fake_openai_server.model,
+            LESSONBOARD_LLM_TIMEOUT="5s",
+        )
+    worker = CeleryWorker(env=env).wait_ready()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def start_worker(django_db_setup: Any) -> Iterator[Callable[..., CeleryWorker]]:
+    """``start_worker(queues=[...], env=subprocess_env(...))`` → a ready worker, stopped after the test."""
+    started: list[CeleryWorker] = []
+
+    def start(**kwargs: Any) -> CeleryWorker:
+        worker = CeleryWorker(**kwargs).wait_ready()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.kill() if worker.alive() else worker.stop()
+
+
+@pytest.fixture
+def start_gunicorn(django_db_setup: Any) -> Iterator[Callable[..., Gunicorn]]:
+    started: list[Gunicorn] = []
+
+    def start(**kwargs: Any) -> Gunicorn:
+        server = Gunicorn(**kwargs).wait_ready()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+# --- the browser -----------------------------------------------------------------------------------------
+BROWSER_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
+        pytest.skip("no Chromium at /usr/bin/chromium (Debian's chromium package): browser tests skipped")
+    # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make between
+    # browser steps are still synchronous and safe.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_FLAGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def login(live_server: Any) -> Callable[[Any, str], None]:
+    """``login(page, "alice")`` through the real login form."""
+
+    def do(page: Any, username: str, password: str = PASSWORD) -> None:
+        page.goto(live_server.url + "/accounts/login/")
+        page.fill("#id_username", username)
+        page.fill("#id_password", password)
+        page.click("button[type=submit]")
+        page.wait_for_url(lambda url: "/accounts/login/" not in url)
+
+    return do

@@ -1,0 +1,207 @@
+"""A real HTTP server, in a thread, speaking enough of the OpenAI API for the real ``openai`` client:
+``POST /v1/chat/completions`` and ``POST /v1/embeddings``, with scripted replies.
+
+    server = FakeOpenAIServer().start()
+    server.script(Reply(text="hello"), Reply(status=429), Reply(delay=5))
+    ... LESSONBOARD_LLM_BASE_URL = server.url ...
+    server.requests[-1].json["messages"]
+
+Scripted replies are consumed in order (one per chat request); when the script is empty, ``responder``
+(a callable taking the request JSON and returning a ``Reply``) answers, else ``default``. Replies can be a
+text, an HTTP error status with an OpenAI-shaped error body, a delay before answering (for timeouts), or a
+raw malformed ``body``. Embeddings answer with deterministic vectors from ``embedding_fn``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    text: str = "ok"
+    status: int = 200
+    delay: float = 0.0
+    body: str | bytes | None = None  # raw body: overrides everything else (malformed replies)
+    headers: dict[str, str] = field(default_factory=dict)
+    error_message: str | None = None
+    prompt_tokens: int = 11
+    completion_tokens: int = 7
+
+
+@dataclass
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]
+    json: Any
+
+
+def hashed_embedding(text: str, dimensions: int = 64) -> list[float]:
+    """A deterministic bag-of-words vector: texts sharing words have a higher cosine similarity."""
+    vec = [0.0] * dimensions
+    for word in text.lower().split():
+        digest = hashlib.sha256(word.encode()).digest()
+        vec[int.from_bytes(digest[:4], "big") % dimensions] += 1.0 if digest[4] % 2 else -1.0
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [v / norm for v in vec]
+
+
+class FakeOpenAIServer:
+    def __init__(self, *, model: str = "fake-model") -> None:
+        self.model = model
+        self._script: deque[Reply] = deque()
+        self._embed_script: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._released = threading.Event()
+        self.requests: list[RecordedRequest] = []
+        self.default = Reply(text="ok")
+        self.responder: Callable[[dict[str, Any]], Reply] | None = None
+        self.embedding_fn: Callable[[str], list[float]] = hashed_embedding
+        self._httpd: ThreadingHTTPServer | None = None
+
+    # --- control ------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "server not started"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> FakeOpenAIServer:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    payload = json.loads(raw or b"{}")
+                except ValueError:
+                    payload = None
+                server._record(self.path, {k.lower(): v for k, v in self.headers.items()}, payload)
+                if self.path.rstrip("/").endswith("/chat/completions"):
+                    reply = server._next_chat(payload or {})
+                    self._answer(reply, lambda: server._chat_body(reply))
+                elif self.path.rstrip("/").endswith("/embeddings"):
+                    reply = server._next_embedding()
+                    self._answer(reply, lambda: server._embedding_body(payload or {}))
+                else:
+                    self._send(404, json.dumps({"error": {"message": f"no route {self.path}"}}).encode())
+
+            def _answer(self, reply: Reply, ok_body: Callable[[], dict[str, Any]]) -> None:
+                if reply.delay:
+                    server._released.wait(reply.delay)
+                if reply.body is not None:
+                    body = reply.body.encode() if isinstance(reply.body, str) else reply.body
+                    self._send(reply.status, body, reply.headers)
+                elif reply.status >= 400:
+                    message = reply.error_message or f"scripted error {reply.status}"
+                    error = {"error": {"message": message, "type": "fake_error", "code": str(reply.status)}}
+                    self._send(reply.status, json.dumps(error).encode(), reply.headers)
+                else:
+                    self._send(reply.status, json.dumps(ok_body()).encode(), reply.headers)
+
+            def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    for key, value in (headers or {}).items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
+                    pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, name="fake-openai", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._released.set()  # let delayed replies finish at once
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._script.clear()
+            self._embed_script.clear()
+            self.requests.clear()
+        self.default = Reply(text="ok")
+        self.responder = None
+        self.embedding_fn = hashed_embedding
+
+    def script(self, *replies: Reply | str) -> None:
+        with self._lock:
+            self._script.extend(r if isinstance(r, Reply) else Reply(text=r) for r in replies)
+
+    def script_embeddings(self, *replies: Reply) -> None:
+        with self._lock:
+            self._embed_script.extend(replies)
+
+    def chat_requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.path.rstrip("/").endswith("/chat/completions")]
+
+    # --- internals ------------------------------------------------------------------------------------
+    def _record(self, path: str, headers: dict[str, str], payload: Any) -> None:
+        with self._lock:
+            self.requests.append(RecordedRequest(path=path, headers=headers, json=payload))
+
+    def _next_chat(self, payload: dict[str, Any]) -> Reply:
+        with self._lock:
+            if self._script:
+                return self._script.popleft()
+        if self.responder is not None:
+            return self.responder(payload)
+        return self.default
+
+    def _next_embedding(self) -> Reply:
+        with self._lock:
+            if self._embed_script:
+                return self._embed_script.popleft()
+        return Reply()
+
+    def _chat_body(self, reply: Reply) -> dict[str, Any]:
+        return {
+            "id": f"chatcmpl-fake-{int(time.time() * 1000)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text}, "finish_reason": "stop"}],
+            "usage": {
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+            },
+        }
+
+    def _embedding_body(self, payload: dict[str, Any]) -> dict[str, Any]:
+        inputs = payload.get("input", [])
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        data = [
+            {"object": "embedding", "index": i, "embedding": self.embedding_fn(str(text))}
+            for i, text in enumerate(inputs)
+        ]
+        return {
+            "object": "list",
+            "data": data,
+            "model": payload.get("model", "fake-embed"),
+            "usage": {"prompt_tokens": len(inputs), "total_tokens": len(inputs)},
+        }
