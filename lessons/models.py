@@ -1,1 +1,113 @@
-from django.db import models  # noqa: F401
+"""Lessons and their history. Every way into the store goes through ``lessons.store.persist_lesson``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from lessonboard.models import Workspace
+
+
+class LessonStatus(models.TextChoices):
+    ACTIVE = "active", "active"
+    ARCHIVED = "archived", "archived"
+    SUPERSEDED = "superseded", "superseded"
+
+
+class LessonQuerySet(models.QuerySet["Lesson"]):
+    def active(self) -> LessonQuerySet:
+        return self.filter(status=LessonStatus.ACTIVE)
+
+
+class Lesson(models.Model):
+    situation = models.TextField()
+    mistake = models.TextField()
+    correction = models.TextField()
+    tags = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+    trigger = models.CharField(max_length=50, blank=True)
+    # chatcli's four-line fact content (spec §9.3) and its 24-hex id (§11.2).
+    content = models.TextField()
+    fact_id = models.CharField(max_length=24, db_index=True)
+    category = models.CharField(max_length=50, default="lesson")
+    confidence = models.FloatField(default=0.6)
+    provenance = models.CharField(max_length=300, default="extraction")
+    access_count = models.PositiveIntegerField(default=1)
+    last_accessed = models.DateTimeField(default=timezone.now)
+    score = models.FloatField(default=0.0)
+    workspace = models.ForeignKey(Workspace, null=True, blank=True, on_delete=models.SET_NULL, related_name="lessons")
+    agent = models.CharField(max_length=200, blank=True)
+    # The JobID of the queue job that produced it (a string, not a FK: lessons do not depend on the queue).
+    source_job_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL keeps the unique constraint partial
+    status = models.CharField(max_length=20, choices=LessonStatus.choices, default=LessonStatus.ACTIVE)
+    superseded_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = LessonQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source_job_id"], condition=Q(source_job_id__isnull=False), name="lesson_unique_source_job"
+            ),
+            models.CheckConstraint(condition=Q(status__in=LessonStatus.values), name="lesson_status_valid"),
+        ]
+        indexes = [GinIndex(fields=["tags"], name="lesson_tags_gin"), models.Index(fields=["status", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.situation[:60]}"
+
+    def snapshot(self) -> dict[str, Any]:
+        """The versioned fields, as stored in ``LessonVersion.snapshot``."""
+        return {
+            "situation": self.situation,
+            "mistake": self.mistake,
+            "correction": self.correction,
+            "tags": list(self.tags),
+            "trigger": self.trigger,
+            "content": self.content,
+            "fact_id": self.fact_id,
+            "confidence": self.confidence,
+            "provenance": self.provenance,
+            "status": self.status,
+            "access_count": self.access_count,
+        }
+
+
+class VersionAction(models.TextChoices):
+    CREATE = "create", "created"
+    EDIT = "edit", "edited"
+    REINFORCE = "reinforce", "reinforced"
+    SUPERSEDE = "supersede", "superseded"
+    ARCHIVE = "archive", "archived"
+    RESTORE = "restore", "restored"
+    MERGE = "merge", "merged"
+
+
+class LessonVersion(models.Model):
+    """One change to a lesson: who or what did it, why, and the lesson's fields after it."""
+
+    lesson = models.ForeignKey(Lesson, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    action = models.CharField(max_length=20, choices=VersionAction.choices)
+    snapshot = models.JSONField()
+    actor = models.CharField(max_length=200, help_text="user:<name>, token:<name>, job:<id>, import, system…")
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["lesson", "-number"]
+        constraints = [models.UniqueConstraint(fields=["lesson", "number"], name="lesson_version_unique_number")]
+
+    def __str__(self) -> str:
+        return f"lesson {self.lesson_id} v{self.number} {self.action}"
