@@ -7,7 +7,7 @@ class LessonVersionInline(admin.TabularInline):
     model = LessonVersion
     extra = 0
     fields = ["number", "action", "actor", "reason", "created_at"]
-    readonly_fields = fields
+    readonly_fields = ["number", "action", "actor", "reason", "created_at"]
     can_delete = False
 
 
