@@ -22,9 +22,18 @@ def test_it_diffs_word_by_word():
         ("ins", "--atomic "),
         ("equal", "now"),
     ]
-    assert diff.inserted_words == 3 and diff.deleted_words == 0  # "-", "-", "atomic"
+    assert diff.inserted_words == 1 and diff.deleted_words == 0
     changed = side_by_side("check pods", "check logs")
     assert [(s.op, s.text) for s in changed.left] == [("equal", "check "), ("del", "pods")]
+    assert [(s.op, s.text) for s in changed.right] == [("equal", "check "), ("ins", "logs")]
+
+
+def test_it_diffs_multi_line_drafts_line_first_then_word_by_word():
+    a = "# Deploy\n\nrun helm upgrade\ncheck pods\n"
+    b = "# Deploy\n\nrun helm upgrade --atomic\ncheck pods\n"
+    diff = side_by_side(a, b)
+    assert "".join(s.text for s in diff.left) == a and "".join(s.text for s in diff.right) == b
+    assert [s.text.strip() for s in diff.right if s.op == "ins"] == ["--atomic"]
 
 
 def test_it_lists_runs_with_filters_in_the_url(client_as, carol, rolled_back_run):
