@@ -89,3 +89,22 @@ def test_it_runs_the_pass_loop_through_the_gateway(fake_openai):
     assert not second.protocol_ok and second.revised == "no tags at all, just prose that replaces the draft"
     user = fake_openai.chat_requests()[0].json["messages"][1]["content"]
     assert user.startswith("TASK:\ndeploy\n\nDRAFT:\n") and ORIGINAL in user
+
+
+def _metric(client, line_start):
+    for line in client.get("/metrics").content.decode().splitlines():
+        if line.startswith(line_start):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_it_counts_runs_and_passes_in_prometheus(client_as, carol):
+    client = client_as(carol)
+    runs_before = _metric(client, 'lessonboard_refine_runs_total{outcome="rolled back"}')
+    passes_before = _metric(client, 'lessonboard_refine_passes_total{decided_by="jaccard",decision="continue"}')
+    make_run(reply(PASS_1, "- x"), reply("something else entirely, nothing like the draft at all"))
+    assert _metric(client, 'lessonboard_refine_runs_total{outcome="rolled back"}') == runs_before + 1
+    assert (
+        _metric(client, 'lessonboard_refine_passes_total{decided_by="jaccard",decision="continue"}')
+        == passes_before + 1
+    )
