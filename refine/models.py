@@ -30,6 +30,14 @@ class RefineRunQuerySet(models.QuerySet["RefineRun"]):
     def in_flight(self) -> RefineRunQuerySet:
         return self.filter(status__in=(RunStatus.QUEUED, RunStatus.RUNNING))
 
+    def stalled(self, *, queued_before: Any, running_before: Any) -> RefineRunQuerySet:
+        """Runs whose message may be lost: queued for a while (published after commit, but the broker was
+        down, or the worker found no LLM configured), or running long past any sane pass time."""
+        return self.filter(
+            Q(status=RunStatus.QUEUED, created_at__lt=queued_before)
+            | Q(status=RunStatus.RUNNING, started_at__lt=running_before)
+        )
+
     def claimable(self, stale_before: Any) -> RefineRunQuerySet:
         """Queued, or running but started before ``stale_before`` (its worker died: acks_late redelivered it)."""
         return self.filter(Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, started_at__lt=stale_before))

@@ -140,7 +140,7 @@ def execute_run(
     run.output_pass = _pass_number_of(run, result.output)
     run.converged, run.rolled_back = result.converged, result.rolled_back
     run.low_quality, run.low_quality_reason = result.low_quality, result.low_quality_reason
-    run.stop_reason, run.error = result.stop_reason, result.error
+    run.stop_reason, run.error = result.stop_reason, result.error  # also clears an earlier "waiting: …"
     run.pass_count = len(result.passes)
     run.prompt_tokens = sum(p.reply.prompt_tokens for p in result.passes)
     run.completion_tokens = sum(p.reply.completion_tokens for p in result.passes)

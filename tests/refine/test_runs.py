@@ -108,3 +108,32 @@ def test_it_counts_runs_and_passes_in_prometheus(client_as, carol):
         _metric(client, 'lessonboard_refine_passes_total{decided_by="jaccard",decision="continue"}')
         == passes_before + 1
     )
+
+
+def test_it_keeps_a_run_queued_and_says_so_while_no_llm_is_configured(settings):
+    from refine.tasks import run_refine
+
+    settings.LLM_BASE_URL = ""
+    run = RefineRun.objects.create(task="t", original_draft=ORIGINAL, agent="coder")
+    assert run_refine(run.pk) == "waiting for an LLM"
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.error.startswith("waiting: no LLM configured")
+
+
+def test_it_finds_stalled_runs_for_the_sweep():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    old_queued = RefineRun.objects.create(task="t", original_draft="d", created_at=now - timedelta(minutes=3))
+    RefineRun.objects.create(task="t", original_draft="d", created_at=now)
+    dead_worker = RefineRun.objects.create(
+        task="t", original_draft="d", status=RunStatus.RUNNING, started_at=now - timedelta(minutes=11)
+    )
+    RefineRun.objects.create(task="t", original_draft="d", status=RunStatus.RUNNING, started_at=now)
+    RefineRun.objects.create(task="t", original_draft="d", status=RunStatus.DONE, created_at=now - timedelta(hours=1))
+    stalled = RefineRun.objects.stalled(
+        queued_before=now - timedelta(minutes=2), running_before=now - timedelta(minutes=10)
+    )
+    assert set(stalled.values_list("pk", flat=True)) == {old_queued.pk, dead_worker.pk}
