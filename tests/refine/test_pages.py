@@ -126,3 +126,8 @@ def test_it_polls_a_run_in_flight_and_stops_when_it_is_done(client_as, carol):
     assert "data-poll" in html and "still queued" in html
     fragment = client.get(f"/refine/{run.pk}/", {"part": "body"}, headers={"HX-Request": "true"}).content.decode()
     assert fragment.lstrip().startswith('<div id="run-body"') and "data-poll" in fragment
+
+
+def test_it_sends_anonymous_visitors_to_login(client):
+    response = client.get("/refine/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
