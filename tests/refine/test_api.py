@@ -82,7 +82,7 @@ def test_it_sets_and_reads_an_agents_mode(api):
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_it_runs_a_refine_in_a_real_worker_and_rolls_back_a_protocol_violation(
-    api, celery_worker, fake_openai, settings
+    api, celery_worker, test_broker, fake_openai, settings
 ):
     settings.REFINE_API_WAIT = 0
     # pass 1 follows the protocol; pass 2 breaks it (no <revised>): the whole reply becomes the rewrite,
@@ -112,7 +112,7 @@ def test_it_runs_a_refine_in_a_real_worker_and_rolls_back_a_protocol_violation(
 
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_it_waits_for_a_quick_run_and_answers_200(api, celery_worker, fake_openai, settings):
+def test_it_waits_for_a_quick_run_and_answers_200(api, celery_worker, test_broker, fake_openai, settings):
     settings.REFINE_API_WAIT = 60  # the worker answers well within this; the view polls the row with a deadline
     fake_openai.script(reply(PASS_1), reply(PASS_1))
     response = api.post(
