@@ -7,6 +7,7 @@ class RefineConfig(AppConfig):
 
     def ready(self) -> None:
         from lessonboard.overview import SECTIONS, Count
+        from refine import checks  # noqa: F401 - registers the system checks
         from refine.models import RefineRun
 
         SECTIONS.extend(

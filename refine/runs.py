@@ -127,14 +127,26 @@ def execute_run(
         metrics.PASSES.labels(decision=record.decision, decided_by=record.decided_by or "none").inc()
         metrics.PASS_SECONDS.observe(record.latency_ms / 1000)
 
-    result = run_passes(
-        task=run.task,
-        draft=run.original_draft,
-        refiner=refiner or Refiner(),
-        checker=cascade,
-        config=config,
-        on_pass=save_pass,
-    )
+    try:
+        result = run_passes(
+            task=run.task,
+            draft=run.original_draft,
+            refiner=refiner or Refiner(),
+            checker=cascade,
+            config=config,
+            on_pass=save_pass,
+        )
+    except Exception as exc:
+        # Not a refiner error (those stop the loop inside run_passes): a bug or a broken embedder
+        # setting. Record it so the run does not sit in "running" until the sweep retries it forever;
+        # if the database itself is down this save fails too and the sweep picks the run up later.
+        finished = timezone.now()
+        run.status, run.error, run.final_output = RunStatus.FAILED, f"internal error: {exc!r}", run.original_draft
+        run.finished_at = finished
+        run.pass_count = run.passes.count()
+        run.save(update_fields=["status", "error", "final_output", "finished_at", "pass_count"])
+        metrics.RUNS.labels(outcome="failed").inc()
+        raise
     finished = timezone.now()
     run.final_output = result.output
     run.output_pass = _pass_number_of(run, result.output)

@@ -137,3 +137,29 @@ def test_it_finds_stalled_runs_for_the_sweep():
         queued_before=now - timedelta(minutes=2), running_before=now - timedelta(minutes=10)
     )
     assert set(stalled.values_list("pk", flat=True)) == {old_queued.pk, dead_worker.pk}
+
+
+def test_it_marks_the_run_failed_when_something_other_than_the_refiner_breaks():
+    class BrokenChecker:
+        def check(self, a, b):
+            raise ZeroDivisionError("a bug")
+
+    from refine.refiner import Refiner
+    from tests.refine.conftest import ScriptedLLM
+
+    run = RefineRun.objects.create(task="t", original_draft=ORIGINAL, agent="coder")
+    with pytest.raises(ZeroDivisionError):
+        runs.execute_run(run.pk, refiner=Refiner(ScriptedLLM(reply(PASS_1))), checker=BrokenChecker())
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and "a bug" in run.error and run.final_output == ORIGINAL
+
+
+def test_it_refuses_to_start_with_an_embedder_that_cannot_be_imported(settings):
+    from refine.checks import check_embedder
+
+    settings.REFINE_CONVERGENCE_EMBEDDING = True
+    settings.REFINE_EMBEDDER = "refine.nowhere:embed"
+    errors = check_embedder()
+    assert [e.id for e in errors] == ["refine.E001"] and "LESSONBOARD_REFINE_EMBEDDER" in errors[0].msg
+    settings.REFINE_EMBEDDER = "llm"
+    assert check_embedder() == []
