@@ -266,3 +266,32 @@ LOGGING = {
 # Agents send whole outputs; the queue's own limit (16 MiB payload, chatcli's) is checked by the API
 # and answered 413, so Django's generic 2.5 MB cap must sit above it.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 20 * 1024 * 1024
+
+# --- refine (issue 7) ----------------------------------------------------------------------------------
+# Self-Refine (chatcli's CHATCLI_QUALITY_REFINE_* and …_REFINE_CONVERGENCE_*, spec §13–§15). Unlike chatcli
+# (false), "auto" mode refines by default: here a refine run is something an agent asked for explicitly.
+REFINE_ENABLED = env.flag("LESSONBOARD_REFINE_ENABLED", True)
+REFINE_MAX_PASSES = env.integer("LESSONBOARD_REFINE_MAX_PASSES", 1)
+REFINE_MAX_PASSES_LIMIT = env.integer("LESSONBOARD_REFINE_MAX_PASSES_LIMIT", 10, minimum=1)
+REFINE_MIN_BYTES = env.integer("LESSONBOARD_REFINE_MIN_BYTES", 200, minimum=0)
+REFINE_EPSILON = env.integer("LESSONBOARD_REFINE_EPSILON", 50)
+REFINE_EXCLUDE = env.items("LESSONBOARD_REFINE_EXCLUDE", ("formatter", "deps", "refiner", "verifier"))
+REFINE_CONVERGENCE_ENABLED = env.flag("LESSONBOARD_REFINE_CONVERGENCE_ENABLED", True)
+REFINE_CONVERGENCE_EMBEDDING = env.flag("LESSONBOARD_REFINE_CONVERGENCE_EMBEDDING", False)
+REFINE_CONVERGENCE_STRICT = env.flag("LESSONBOARD_REFINE_CONVERGENCE_STRICT", False)
+REFINE_CHAR_HIGH = env.number("LESSONBOARD_REFINE_CHAR_HIGH", 0.99, maximum=1.0)
+REFINE_CHAR_LOW = env.number("LESSONBOARD_REFINE_CHAR_LOW", 0.3, maximum=1.0)
+REFINE_JACCARD_HIGH = env.number("LESSONBOARD_REFINE_JACCARD_HIGH", 0.95, maximum=1.0)
+REFINE_EMBEDDING_SIM = env.number("LESSONBOARD_REFINE_EMBEDDING_SIM", 0.92, maximum=1.0)
+REFINE_CACHE_SIZE = env.integer("LESSONBOARD_REFINE_CACHE_SIZE", 256)
+REFINE_CACHE_TTL_MIN = env.integer("LESSONBOARD_REFINE_CACHE_TTL_MIN", 5)
+REFINE_BREAKER_THRESHOLD = env.integer("LESSONBOARD_REFINE_BREAKER_THRESHOLD", 3)
+REFINE_BREAKER_COOLDOWN = env.duration("LESSONBOARD_REFINE_BREAKER_COOLDOWN", 30.0, minimum=0.0)
+# Where the embedding scorer's vectors come from: "llm" (the gateway's embeddings endpoint), "none", or
+# "module.path:callable" (the local embedder once the lessons app provides it); see refine/embedder.py.
+REFINE_EMBEDDER = env.text("LESSONBOARD_REFINE_EMBEDDER", "llm")
+REFINE_EMBEDDING_MODEL = env.text("LESSONBOARD_REFINE_EMBEDDING_MODEL", "text-embedding-3-small")
+REFINE_EMBED_TIMEOUT = env.duration("LESSONBOARD_REFINE_EMBED_TIMEOUT", 15.0, minimum=0.001)
+# How long POST /api/v1/refine waits for the run before answering 202 with a URL to poll.
+REFINE_API_WAIT = env.duration("LESSONBOARD_REFINE_API_WAIT", 5.0, minimum=0.0)
+CELERY_BEAT_SCHEDULE["refine-requeue-stalled"] = {"task": "refine.tasks.requeue_stalled", "schedule": 60.0}

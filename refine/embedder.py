@@ -1,0 +1,53 @@
+"""Where the embedding scorer gets its vectors: one ``Embedder`` resolved from one place.
+
+An embedder takes a list of texts and returns one vector per text, in order, or raises. The cascade
+embeds each text alone (a batch of one, spec §15.4) so a cache hit saves exactly one call.
+
+``LESSONBOARD_REFINE_EMBEDDER`` picks it:
+
+- ``llm`` (default): the gateway's OpenAI-compatible embeddings endpoint (``lessonboard.llm.embed``) with
+  ``LESSONBOARD_REFINE_EMBEDDING_MODEL``;
+- ``module.path:callable``: any callable with the ``Embedder`` signature — the extension point for the
+  local offline embedder (``lessons``) once it exists;
+- ``none``: no embedder, so the cascade has no embedding stage (as chatcli with the null provider).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from lessonboard import llm
+
+Embedder = Callable[[list[str]], list[list[float]]]
+
+
+def llm_embedder(*, model: str, timeout: float) -> Embedder:
+    def embed(texts: list[str]) -> list[list[float]]:
+        return llm.embed(texts, model=model, timeout=timeout)
+
+    return embed
+
+
+def resolve_embedder() -> Embedder | None:
+    """The configured embedder, or ``None`` when there is none (then no embedding stage at all)."""
+    name = settings.REFINE_EMBEDDER
+    if name in ("", "none"):
+        return None
+    if name == "llm":
+        return llm_embedder(model=settings.REFINE_EMBEDDING_MODEL, timeout=settings.REFINE_EMBED_TIMEOUT)
+    module_name, _, attr = name.partition(":")
+    if not module_name or not attr:
+        raise ImproperlyConfigured(
+            f"LESSONBOARD_REFINE_EMBEDDER={name!r} must be 'llm', 'none' or 'module.path:callable'"
+        )
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ImproperlyConfigured(f"LESSONBOARD_REFINE_EMBEDDER={name!r} cannot be imported: {exc}") from exc
+    if not callable(target):
+        raise ImproperlyConfigured(f"LESSONBOARD_REFINE_EMBEDDER={name!r} is not callable")
+    return target  # type: ignore[no-any-return]

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from django import forms
+
+from refine.models import RefineMode, RunStatus
+
+YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
+
+
+class RunFilterForm(forms.Form):
+    agent = forms.CharField(required=False, max_length=200)
+    status = forms.ChoiceField(required=False, choices=[("", "any"), *RunStatus.choices])
+    converged = forms.ChoiceField(required=False, choices=YES_NO)
+    rolled_back = forms.ChoiceField(required=False, choices=YES_NO)
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+
+
+class ModeForm(forms.Form):
+    agent = forms.CharField(max_length=200)
+    mode = forms.ChoiceField(choices=RefineMode.choices)
+
+
+class LessonProposalForm(forms.Form):
+    situation = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+    mistake = forms.CharField(max_length=4000, widget=forms.Textarea(attrs={"rows": 2}))
+    correction = forms.CharField(max_length=8000, widget=forms.Textarea(attrs={"rows": 4}))
+    tags = forms.CharField(required=False, max_length=500, help_text="comma-separated")
+
+    def clean_tags(self) -> list[str]:
+        return [t.strip().lower() for t in self.cleaned_data["tags"].split(",") if t.strip()]
