@@ -266,3 +266,12 @@ LOGGING = {
 # Agents send whole outputs; the queue's own limit (16 MiB payload, chatcli's) is checked by the API
 # and answered 413, so Django's generic 2.5 MB cap must sit above it.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 20 * 1024 * 1024
+
+# --- workspace doc reflection (issue 8) ---------------------------------------------------------------
+# Directories under which a workspace's git work tree may live; empty: no repository can be attached.
+WORKSPACE_ROOTS = [Path(p).expanduser() for p in env.items("LESSONBOARD_WORKSPACE_ROOTS", [], lower=False)]
+# Every git call is bounded: AIOSON's runGit uses a 4 MiB buffer; the timeout is ours.
+REFLECT_GIT_TIMEOUT = env.duration("LESSONBOARD_REFLECT_GIT_TIMEOUT", 10.0, minimum=0.001)
+REFLECT_GIT_MAX_OUTPUT = env.integer("LESSONBOARD_REFLECT_GIT_MAX_OUTPUT", 4 * 1024 * 1024, minimum=1024)
+# Largest commit payload (the agent's {"files": …}) the API and CLI accept; AIOSON has no limit.
+REFLECT_MAX_COMMIT_BYTES = env.integer("LESSONBOARD_REFLECT_MAX_COMMIT_BYTES", 2 * 1024 * 1024, minimum=1024)
