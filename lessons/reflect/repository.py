@@ -56,9 +56,10 @@ _SEGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
 def check_bootstrap_dir(raw: str) -> str:
     """A relative folder of plain segments (no ``..``, no absolute path), ``/``-joined without a trailing
     slash; empty means AIOSON's default."""
-    text = (raw or "").strip().strip("/") or BOOTSTRAP_DIR
+    stripped = (raw or "").strip()
+    text = stripped.rstrip("/") or BOOTSTRAP_DIR
     segments = text.split("/")
-    if text.startswith(("/", "\\")) or any(s in ("", ".", "..") or not _SEGMENT.match(s) for s in segments):
+    if os.path.isabs(stripped) or any(s in ("", ".", "..") or not _SEGMENT.match(s) for s in segments):
         raise RepositoryError(f"bootstrap folder must be a relative path inside the repository: {raw!r}")
     return "/".join(segments)
 
