@@ -152,3 +152,26 @@ def _stage(
         agent=agent,
     )
     return {"ok": True, "pending": True, "proposal_id": proposal.pk, "would_write": rel_paths, "message": STAGED}
+
+
+class BadInput(ValueError):
+    """The agent's payload cannot be read; AIOSON answers ``{ok:false, error:'bad_input', message}``."""
+
+
+def files_from_payload(payload: Any) -> dict[str, str] | Any:
+    """``payload.files``, ``{}`` when absent (as AIOSON); every content must be a string.
+
+    A ``files`` that is not an object is handed on unchanged so validation answers "no files to commit".
+    """
+    files = payload.get("files") if isinstance(payload, dict) else None
+    if files is None:
+        return {}
+    if isinstance(files, dict):
+        for path, content in files.items():
+            if not isinstance(content, str):
+                raise BadInput(f"file content must be a string: {path}")
+    return files
+
+
+def bad_input(message: str) -> dict[str, Any]:
+    return {"ok": False, "error": "bad_input", "message": message}
