@@ -37,6 +37,13 @@ def _workspace(slug: str) -> Workspace:
     return workspace
 
 
+def _text(data: dict[str, Any], name: str) -> str:
+    value = require_str(data, name, required=False, max_length=200)
+    if "\0" in value:
+        raise ApiError(f"'{name}' contains a NUL character", field=name)
+    return value
+
+
 def _flag(data: dict[str, Any], name: str) -> bool:
     value = data.get(name, False)
     if value is None:
@@ -63,9 +70,9 @@ def _answer(result: dict[str, Any]) -> JsonResponse:
 def prepare(request: HttpRequest, slug: str) -> JsonResponse:
     workspace = _workspace(slug)
     data = json_body(request, max_bytes=64 * 1024)
-    agent = require_str(data, "agent", required=False, max_length=200)
-    git_range = git_range_from(require_str(data, "git_range", required=False, max_length=200))
-    session_id = require_str(data, "session_id", required=False, max_length=200)
+    agent = _text(data, "agent")
+    git_range = git_range_from(_text(data, "git_range"))
+    session_id = _text(data, "session_id")
     force = _flag(data, "force")
     try:
         result = prepare_reflection(
@@ -80,7 +87,7 @@ def prepare(request: HttpRequest, slug: str) -> JsonResponse:
 def commit(request: HttpRequest, slug: str) -> JsonResponse:
     workspace = _workspace(slug)
     data = json_body(request, max_bytes=settings.REFLECT_MAX_COMMIT_BYTES)
-    agent = require_str(data, "agent", required=False, max_length=200)
+    agent = _text(data, "agent")
     dry_run = _flag(data, "dry_run")
     try:
         files = files_from_payload(data)

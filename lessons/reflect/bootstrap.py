@@ -91,6 +91,8 @@ def contained_target(repo: Path, bootstrap_dir: str, rel: str) -> tuple[bool, Pa
     inside the folder cannot point a write elsewhere.
     """
     folder = Path(os.path.normpath(repo / bootstrap_dir))
+    if "\0" in rel:  # no file system takes it; refuse rather than fail in os.path
+        return False, folder / rel.replace("\0", "\\0")
     resolved = Path(os.path.normpath(os.path.join(repo, rel)))
     if not is_within(resolved, folder):
         return False, resolved

@@ -19,6 +19,7 @@ from lessons.reflect.models import (
     ReflectEventType,
     ReflectManifest,
     ReflectManifestStatus,
+    jsonb_safe,
 )
 from lessons.reflect.repository import workspace_repository
 
@@ -134,7 +135,7 @@ def _stage(
     proposal = DocProposal.objects.create(
         workspace=workspace,
         manifest_record=manifest_record(workspace, manifest),
-        manifest=manifest,
+        manifest=jsonb_safe(manifest),
         files=files,
         validation={"ok": True, "errors": []},
         snapshot_hash=str(manifest.get("snapshot_hash") or ""),
@@ -170,6 +171,9 @@ def files_from_payload(payload: Any) -> dict[str, str] | Any:
         for path, content in files.items():
             if not isinstance(content, str):
                 raise BadInput(f"file content must be a string: {path}")
+            # Markdown never holds NUL; refusing it keeps the path wall and jsonb rows simple.
+            if "\0" in path or "\0" in content:
+                raise BadInput(f"file path or content contains a NUL character: {path!r}")
     return files
 
 

@@ -42,8 +42,11 @@ _FILES_CHANGED = re.compile(r"(\d+)\s+files?\s+changed")
 _INSERTIONS = re.compile(r"(\d+)\s+insertions?")
 _DELETIONS = re.compile(r"(\d+)\s+deletions?")
 
-FRONTMATTER = re.compile(r"^---\s*\n[\s\S]*?\n---\s*(\n|$)")
-GENERATED_AT = re.compile(r"generated_at\s*:\s*[\"']?([0-9T:\-.Z+]+)[\"']?")
+# JavaScript's ``\s`` (it includes U+FEFF and excludes U+001C–U+001F and U+0085, unlike Python's), and
+# ``\Z`` for JavaScript's ``$`` without the m flag: the regexes then behave as AIOSON's do.
+_JS_S = "[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+FRONTMATTER = re.compile(rf"^---{_JS_S}*\n[\s\S]*?\n---{_JS_S}*(\n|\Z)")
+GENERATED_AT = re.compile(rf"generated_at{_JS_S}*:{_JS_S}*[\"']?([0-9T:\-.Z+]+)[\"']?")
 
 # stripInjectionChars (src/lib/llm-content-sanitizer.js): zero-width, bidi controls, HTML comments.
 _INVISIBLE = re.compile("[\u200b\u200c\u200d\u2060\ufeff\u202a-\u202e\u2066-\u2069]")

@@ -25,6 +25,18 @@ __all__ = [
 ]
 
 
+def jsonb_safe(value: Any) -> Any:
+    """``value`` with U+0000 replaced by U+FFFD in every string: PostgreSQL's jsonb cannot hold it, and a
+    repository's files (or an agent) may contain one."""
+    if isinstance(value, str):
+        return value.replace("\0", "\ufffd")
+    if isinstance(value, dict):
+        return {jsonb_safe(k): jsonb_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonb_safe(v) for v in value]
+    return value
+
+
 class ReflectManifestStatus(models.TextChoices):
     PENDING = "pending", "pending"
     CONSUMED = "consumed", "consumed by a commit"
@@ -110,8 +122,15 @@ class ReflectEvent(models.Model):
     def record(
         cls, workspace: Workspace, event_type: str, message: str, payload: dict[str, Any], *, agent: str = ""
     ) -> ReflectEvent:
+        from lessons.reflect.metrics import REFLECT_EVENTS
+
+        REFLECT_EVENTS.labels(event=str(event_type)).inc()
         return cls.objects.create(
-            workspace=workspace, event_type=event_type, message=message, payload=payload, agent=agent
+            workspace=workspace,
+            event_type=event_type,
+            message=jsonb_safe(message),
+            payload=jsonb_safe(payload),
+            agent=jsonb_safe(agent),
         )
 
 

@@ -12,7 +12,13 @@ from lessonboard.models import Workspace
 from lessons.reflect import bootstrap
 from lessons.reflect.engine import DEFAULT_GIT_RANGE, MANIFEST_PATH, build_manifest, evaluate
 from lessons.reflect.git import GitRunner
-from lessons.reflect.models import ReflectEvent, ReflectEventType, ReflectManifest, ReflectManifestStatus
+from lessons.reflect.models import (
+    ReflectEvent,
+    ReflectEventType,
+    ReflectManifest,
+    ReflectManifestStatus,
+    jsonb_safe,
+)
 from lessons.reflect.repository import workspace_repository
 
 
@@ -80,7 +86,7 @@ def prepare_reflection(
             forced=forced,
             targets=manifest["targets"],
             snapshot_hash=manifest["snapshot_hash"],
-            data=manifest,
+            data=jsonb_safe(manifest),
         )
         ReflectEvent.record(
             workspace,

@@ -275,3 +275,33 @@ def test_content_is_sanitised_after_validation(repo: GitRepo, workspace: Workspa
     written = repo.read(HOW)
     assert "Visible text RLO end" in written
     assert "\u200b" not in written and "\u202e" not in written and "ignore previous" not in written
+
+
+def test_a_path_with_a_nul_byte_is_refused_not_crashed_on(repo: GitRepo, workspace: Workspace) -> None:
+    evil = f"{BOOT}/a\u0000b.md"
+    repo.write(MANIFEST_PATH, json.dumps({"validation_rules": {"allowed_paths": [evil]}}))
+    result = commit_reflection(workspace=workspace, files={evil: "x"})
+    assert result["error"] == "path_escape"
+    event = ReflectEvent.objects.get(event_type="memory_reflect_failed")
+    assert event.payload["attempted_path"] == f"{BOOT}/a\ufffdb.md"
+
+
+def test_a_nul_byte_in_a_bootstrap_file_does_not_break_prepare(repo: GitRepo, workspace: Workspace) -> None:
+    repo.write(f"{BOOT}/what-is.md", "---\n---\nbinary\0junk\n")
+    touch_route(repo)
+    result = prepare_reflection(workspace=workspace, agent="dev")
+    assert result["manifest"]["current_bootstrap_snapshot"]["what-is.md"] == "---\n---\nbinary\0junk\n"
+    assert ReflectManifest.objects.get().data["current_bootstrap_snapshot"]["what-is.md"].endswith("\ufffdjunk\n")
+
+
+def test_events_are_counted_on_metrics(client: Any, repo: GitRepo, workspace: Workspace) -> None:
+    def prepared_count() -> float:
+        for line in client.get("/metrics").content.decode().splitlines():
+            if line.startswith('lessonboard_reflect_events_total{event="memory_reflect_prepared"}'):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    before = prepared_count()
+    touch_route(repo)
+    prepare_reflection(workspace=workspace, agent="dev")
+    assert prepared_count() == before + 1

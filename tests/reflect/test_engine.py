@@ -256,6 +256,8 @@ def test_check_6_rejects_a_path_not_exactly_allowed() -> None:
         ("---\r\nx\r\n---\r\n", True),
         ("---\nx\n---x", False),
         ("---\nx\n---", True),
+        ("---\ufeff\nx\n---\n", True),  # JavaScript's \s includes U+FEFF…
+        ("---\x1c\nx\n---\n", False),  # …and excludes U+001C, which Python's \s includes
     ],
 )
 def test_check_7_requires_yaml_frontmatter(content: str, ok: bool) -> None:
