@@ -148,3 +148,10 @@ def test_a_workspace_without_repository_says_so(client_as: Any, carol: Any) -> N
     page = client_as(carol).get("/workspaces/plain/").content.decode()
     assert "has no repository attached" in page
     assert client_as(carol).get("/workspaces/ghost/").status_code == 404
+
+
+def test_the_admin_lists_reflect_rows_read_only(client_as: Any, admin_user: Any, proposal: DocProposal) -> None:
+    client = client_as(admin_user)
+    for model in ("reflectmanifest", "reflectevent", "docproposal"):
+        assert client.get(f"/admin/lessons/{model}/").status_code == 200
+    assert client.get("/admin/lessons/docproposal/add/").status_code == 403
