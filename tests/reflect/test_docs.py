@@ -305,3 +305,50 @@ def test_events_are_counted_on_metrics(client: Any, repo: GitRepo, workspace: Wo
     touch_route(repo)
     prepare_reflection(workspace=workspace, agent="dev")
     assert prepared_count() == before + 1
+
+
+def _tamper(repo: GitRepo, change: Any) -> None:
+    manifest = json.loads(repo.read(MANIFEST_PATH))
+    repo.write(MANIFEST_PATH, json.dumps(change(manifest)))
+
+
+CHECKS: list[tuple[str, Any, Any, list[str]]] = [
+    ("1", lambda m: [], lambda r: {HOW: rewrite(r, HOW)}, ["manifest missing or invalid"]),
+    ("2", None, lambda r: ["not", "an", "object"], ["no files to commit"]),
+    (
+        "3",
+        lambda m: {**m, "validation_rules": {**m["validation_rules"], "allowed_paths": []}},
+        lambda r: {HOW: rewrite(r, HOW)},
+        ["manifest validation_rules.allowed_paths is missing or empty"],
+    ),
+    ("4", None, lambda r: {}, ["files map is empty"]),
+    ("5", None, lambda r: {"/etc/passwd": rewrite(r, HOW)}, ["file outside allowed_paths: /etc/passwd"]),
+    ("6", None, lambda r: {"src/sneaky.js": rewrite(r, HOW)}, ["file outside allowed_paths: src/sneaky.js"]),
+    ("7", None, lambda r: {HOW: "generated_at: 2026-01-01\nno frontmatter\n"}, [f"{HOW}: missing YAML frontmatter"]),
+    ("8", None, lambda r: {HOW: "---\nname: x\n---\nbody\n"}, [f"{HOW}: missing generated_at"]),
+    ("9", None, lambda r: {HOW: r.read(HOW) + "more\n"}, [f"{HOW}: generated_at not updated"]),
+    (
+        "10",
+        None,
+        lambda r: {HOW: r.read(HOW)},
+        [f"{HOW}: generated_at not updated", f"{HOW}: content unchanged"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "tamper", "files", "errors"), CHECKS, ids=[c[0] for c in CHECKS])
+def test_each_check_fails_a_real_commit_with_its_exact_message(
+    repo: GitRepo,
+    workspace: Workspace,
+    prepared: dict[str, Any],
+    check: str,
+    tamper: Any,
+    files: Any,
+    errors: list[str],
+) -> None:
+    if tamper is not None:
+        _tamper(repo, tamper)
+    before = repo.read(HOW)
+    result = commit_reflection(workspace=workspace, files=files(repo))
+    assert result == {"ok": False, "error": "validation_failed", "errors": errors}
+    assert repo.read(HOW) == before and repo.exists(MANIFEST_PATH)
