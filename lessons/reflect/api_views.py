@@ -27,6 +27,7 @@ STATUS_FOR_ERROR = {
     "validation_failed": 422,
     "path_escape": 422,
     "bad_input": 400,
+    "write_failed": 409,
 }
 
 

@@ -77,7 +77,10 @@ def commit_reflection(
             return {"ok": True, "dryRun": True, "would_write": rel_paths}
         if workspace.reflect_human_gate:
             return _stage(workspace, manifest, files, agent=agent, token=token)
-        written = write_docs(workspace, repo, files)
+        try:
+            written = write_docs(workspace, repo, files)
+        except WriteFailed as exc:
+            return exc.result(workspace, agent=agent)
         ReflectEvent.record(
             workspace,
             ReflectEventType.COMMITTED,
@@ -104,12 +107,37 @@ def path_escape(workspace: Workspace, repo: Path, files: dict[str, Any], *, agen
     return None
 
 
+class WriteFailed(Exception):
+    """The disk refused a write (permissions, space); files before it are written, the manifest is kept."""
+
+    def __init__(self, message: str, written: list[str]) -> None:
+        super().__init__(message)
+        self.message = message
+        self.written = written
+
+    def result(self, workspace: Workspace, *, agent: str) -> dict[str, Any]:
+        ReflectEvent.record(
+            workspace,
+            ReflectEventType.FAILED,
+            self.message,
+            {"error": self.message, "written": self.written},
+            agent=agent,
+        )
+        return {"ok": False, "error": "write_failed", "message": self.message, "written": self.written}
+
+
 def write_docs(workspace: Workspace, repo: Path, files: dict[str, str]) -> list[str]:
-    """Write the sanitised files in the payload's order, consume the manifest (single use)."""
-    written = []
+    """Write the sanitised files in the payload's order, consume the manifest (single use).
+
+    Raises ``WriteFailed`` when the disk refuses one; the manifest then stays for another try.
+    """
+    written: list[str] = []
     for rel, content in files.items():
         _, target = bootstrap.contained_target(repo, workspace.reflect_bootstrap_dir, rel)
-        bootstrap.write_atomic(target, strip_injection_chars(content))
+        try:
+            bootstrap.write_atomic(target, strip_injection_chars(content))
+        except OSError as exc:
+            raise WriteFailed(f"could not write {rel}: {exc.strerror or exc}", written) from exc
         written.append(rel)
     bootstrap.remove_manifest(repo)
     ReflectManifest.objects.filter(workspace=workspace).pending().update(

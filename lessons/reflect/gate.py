@@ -15,7 +15,7 @@ from django.db import transaction
 
 from lessonboard.models import AuditEvent, Workspace
 from lessons.reflect import bootstrap
-from lessons.reflect.commit import path_escape, write_docs
+from lessons.reflect.commit import WriteFailed, path_escape, write_docs
 from lessons.reflect.engine import MSG_SNAPSHOT_MISMATCH, validate
 from lessons.reflect.models import DocProposal, DocProposalStatus, ReflectEvent, ReflectEventType
 from lessons.reflect.repository import RepositoryError, workspace_repository
@@ -76,7 +76,11 @@ def approve_doc_proposal(proposal: DocProposal, *, user: Any, reason: str = "") 
         escape = path_escape(workspace, repo, proposal.files, agent=proposal.agent)
         if escape is not None:
             return _fail(proposal, workspace, user, DocProposalStatus.FAILED, escape["message"], [escape["message"]])
-        written = write_docs(workspace, repo, proposal.files)
+        try:
+            written = write_docs(workspace, repo, proposal.files)
+        except WriteFailed as exc:
+            exc.result(workspace, agent=proposal.agent)
+            return _fail(proposal, workspace, user, DocProposalStatus.FAILED, exc.message, [exc.message])
         proposal.decide(DocProposalStatus.APPLIED, user=user, reason=reason)
         ReflectEvent.record(
             workspace,

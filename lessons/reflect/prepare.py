@@ -19,7 +19,7 @@ from lessons.reflect.models import (
     ReflectManifestStatus,
     jsonb_safe,
 )
-from lessons.reflect.repository import workspace_repository
+from lessons.reflect.repository import RepositoryError, workspace_repository
 
 
 def prepare_reflection(
@@ -73,7 +73,10 @@ def prepare_reflection(
     )
     forced = force and not evaluation.relevant
     with transaction.atomic():
-        path = bootstrap.write_manifest(repo, manifest)
+        try:
+            path = bootstrap.write_manifest(repo, manifest)
+        except OSError as exc:
+            raise RepositoryError(f"cannot write the manifest {MANIFEST_PATH}: {exc.strerror or exc}") from exc
         ReflectManifest.objects.filter(workspace=workspace).pending().update(
             status=ReflectManifestStatus.SUPERSEDED, closed_at=timezone.now()
         )

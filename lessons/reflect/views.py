@@ -57,8 +57,11 @@ def _page_context(request: HttpRequest, workspace: Workspace) -> dict[str, objec
 @view_required
 def workspace_page(request: HttpRequest, slug: str) -> HttpResponse:
     workspace = get_object_or_404(Workspace, slug=slug)
-    template = "reflect/workspace.html#events" if request.htmx else "reflect/workspace.html"  # type: ignore[attr-defined]
-    return render(request, template, _page_context(request, workspace))
+    if request.htmx:  # type: ignore[attr-defined]
+        # The 10-second poll refreshes the event history only: no repository reads.
+        events = ReflectEvent.objects.filter(workspace=workspace)[:EVENTS_SHOWN]
+        return render(request, "reflect/workspace.html#events", {"workspace": workspace, "events": events})
+    return render(request, "reflect/workspace.html", _page_context(request, workspace))
 
 
 @require_POST

@@ -117,7 +117,8 @@ def test_attach_validates_and_sets_the_gate(repo: GitRepo, roots: Path) -> None:
     ws = Workspace.objects.get(slug="newws")
     assert (ws.repo_path, ws.reflect_human_gate) == (str(repo.path), True)
     with pytest.raises(CommandError, match="outside the allowed roots"):
-        run("attach", "newws", "--repo=/")
+        run("attach", "other", "--repo=/")
+    assert not Workspace.objects.filter(slug="other").exists()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -352,3 +352,27 @@ def test_each_check_fails_a_real_commit_with_its_exact_message(
     result = commit_reflection(workspace=workspace, files=files(repo))
     assert result == {"ok": False, "error": "validation_failed", "errors": errors}
     assert repo.read(HOW) == before and repo.exists(MANIFEST_PATH)
+
+
+def test_a_refused_write_keeps_the_manifest_and_says_so(repo: GitRepo, workspace: Workspace) -> None:
+    (repo.path / HOW).unlink()
+    (repo.path / HOW).mkdir()  # the disk will refuse to replace a directory with the file
+    touch_route(repo)
+    prepare_reflection(workspace=workspace, agent="dev")
+    text = "---\ngenerated_at: 2026-11-30T05:00:00Z\n---\nnew\n"
+    current = rewrite(repo, CURRENT)
+    result = commit_reflection(workspace=workspace, files={CURRENT: current, HOW: text})
+    assert result["ok"] is False and result["error"] == "write_failed"
+    assert result["written"] == [CURRENT] and result["message"].startswith(f"could not write {HOW}")
+    assert repo.read(CURRENT) == current
+    assert repo.exists(MANIFEST_PATH)
+    assert ReflectManifest.objects.get().status == ReflectManifestStatus.PENDING
+    assert events(workspace)[-1][0] == "memory_reflect_failed"
+
+
+def test_an_unwritable_runtime_folder_is_a_repository_error(repo: GitRepo, workspace: Workspace) -> None:
+    repo.write(".aioson/runtime", "a file where the folder should be")
+    touch_route(repo)
+    with pytest.raises(RepositoryError, match="cannot write the manifest"):
+        prepare_reflection(workspace=workspace, agent="dev")
+    assert not ReflectManifest.objects.exists()

@@ -18,7 +18,7 @@ from lessons.reflect.api_views import GIT_RANGE
 from lessons.reflect.commit import bad_input, commit_reflection, files_from_payload
 from lessons.reflect.engine import MANIFEST_PATH
 from lessons.reflect.prepare import prepare_reflection
-from lessons.reflect.repository import RepositoryError, attach_repository
+from lessons.reflect.repository import RepositoryError, attach_repository, check_repository
 
 NO_INPUT = "reflect_docs commit requires --output=<path> or JSON on stdin"
 
@@ -69,6 +69,7 @@ class Command(BaseCommand):
 
     def _attach(self, options: dict[str, Any]) -> None:
         gate = None if options["human_gate"] is None else options["human_gate"] == "on"
+        check_repository(options["repo"])  # before for_slug: a refused path creates no workspace
         workspace = Workspace.objects.for_slug(options["workspace"])
         attach_repository(workspace, repo_path=options["repo"], bootstrap_dir=options["bootstrap_dir"], human_gate=gate)
         self.stdout.write(
@@ -112,6 +113,7 @@ class Command(BaseCommand):
             "missing_manifest",
             "bad_input",
             "path_escape",
+            "write_failed",
         ):
             err(result["message"])
         elif result.get("error") == "validation_failed":
