@@ -42,8 +42,15 @@ def read_snapshot(folder: Path) -> dict[str, str]:
 
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    # mkstemp makes 0600 files; keep the mode the file had (or 0644) so the agent, often another user
+    # than the server, can still read its docs and the manifest.
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        mode = 0o644
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(text.encode("utf-8", errors="surrogatepass"))
             handle.flush()

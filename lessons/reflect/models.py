@@ -146,6 +146,24 @@ class DocProposalQuerySet(models.QuerySet["DocProposal"]):
     def pending(self) -> DocProposalQuerySet:
         return self.filter(status=DocProposalStatus.PENDING)
 
+    def counts_by_agent(self) -> list[dict[str, Any]]:
+        """Per proposing agent, how many proposals ended in each status: noisy proposers show up here
+        (most rejected proposals are the ones nobody measures, Hermes issue #84124)."""
+        rows: dict[str, dict[str, Any]] = {}
+        for agent, status, n in self.values_list("agent", "status").annotate(n=models.Count("id")).order_by():
+            row = rows.setdefault(agent, {"agent": agent, **dict.fromkeys(DocProposalStatus.values, 0)})
+            row[status] = n
+        return sorted(rows.values(), key=lambda r: r["agent"])
+
+    def rejections_by_target(self) -> list[tuple[str, int]]:
+        """How often each bootstrap file was in a rejected proposal, most rejected first."""
+        counts: dict[str, int] = {}
+        for files in self.filter(status=DocProposalStatus.REJECTED).values_list("files", flat=True):
+            for path in files:
+                name = path.replace("\\", "/").rsplit("/", 1)[-1]
+                counts[name] = counts.get(name, 0) + 1
+        return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
 
 class DocProposal(models.Model):
     """A validated doc rewrite held for a reviewer (the workspace's human gate is on).

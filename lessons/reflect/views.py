@@ -40,6 +40,8 @@ def _page_context(request: HttpRequest, workspace: Workspace) -> dict[str, objec
         "state": workspace_state(workspace),
         "events": ReflectEvent.objects.filter(workspace=workspace)[:EVENTS_SHOWN],
         "decided": DocProposal.objects.filter(workspace=workspace).exclude(status=DocProposalStatus.PENDING)[:20],
+        "counts_by_agent": DocProposal.objects.filter(workspace=workspace).counts_by_agent(),
+        "rejections_by_target": DocProposal.objects.filter(workspace=workspace).rejections_by_target(),
         "can_review": request.user.has_perm("lessonboard.review_memory"),
         "can_configure": request.user.has_perm("lessonboard.manage_tokens"),
         "repo_form": RepositoryForm(

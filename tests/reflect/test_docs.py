@@ -376,3 +376,12 @@ def test_an_unwritable_runtime_folder_is_a_repository_error(repo: GitRepo, works
     with pytest.raises(RepositoryError, match="cannot write the manifest"):
         prepare_reflection(workspace=workspace, agent="dev")
     assert not ReflectManifest.objects.exists()
+
+
+def test_written_files_keep_their_mode_and_the_manifest_is_readable(
+    repo: GitRepo, workspace: Workspace, prepared: dict[str, Any]
+) -> None:
+    (repo.path / HOW).chmod(0o664)
+    assert (repo.path / MANIFEST_PATH).stat().st_mode & 0o777 == 0o644
+    commit_reflection(workspace=workspace, files={HOW: rewrite(repo, HOW)})
+    assert (repo.path / HOW).stat().st_mode & 0o777 == 0o664

@@ -122,3 +122,11 @@ def test_rejection_keeps_the_manifest_for_another_try(repo: GitRepo, gated: Work
     retry = stage(repo, gated, new_how(repo, "Accurate text.\n"))
     assert approve_doc_proposal(retry, user=bob).ok
     assert "Accurate text." in repo.read(HOW)
+
+
+def test_it_counts_decisions_per_agent_and_rejections_per_target(repo: GitRepo, gated: Workspace, bob: Any) -> None:
+    reject_doc_proposal(stage(repo, gated), user=bob, reason="noise")
+    approve_doc_proposal(stage(repo, gated, new_how(repo, "Good.\n")), user=bob)
+    counts = DocProposal.objects.filter(workspace=gated).counts_by_agent()
+    assert counts == [{"agent": "dev", "pending": 0, "applied": 1, "rejected": 1, "stale": 0, "failed": 0}]
+    assert DocProposal.objects.rejections_by_target() == [("how-it-works.md", 1)]

@@ -118,6 +118,9 @@ def test_rejecting_needs_a_reason_and_keeps_the_manifest(
     proposal.refresh_from_db()
     assert (proposal.status, proposal.reason, proposal.decided_by) == ("rejected", "wrong module", bob)
     assert repo.exists(MANIFEST_PATH)
+    page = client.get(PAGE).content.decode()
+    assert "Rejected, by file: <code>how-it-works.md</code> 1" in page
+    assert "wrong module" in page
 
 
 def test_only_admins_change_repository_settings(
