@@ -46,7 +46,7 @@ class AgentTokenAdmin(admin.ModelAdmin):
 
 @admin.register(Workspace)
 class WorkspaceAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "repo_path", "created_at"]
+    list_display = ["slug", "name", "repo_path", "reflect_human_gate", "created_at"]
     search_fields = ["slug", "name", "repo_path"]
 
 

@@ -104,6 +104,14 @@ class Workspace(models.Model):
     repo_path = models.CharField(
         max_length=1000, blank=True, help_text="Git work tree on the server host, for doc reflection."
     )
+    reflect_bootstrap_dir = models.CharField(
+        max_length=300,
+        default=".aioson/context/bootstrap",
+        help_text="Bootstrap docs folder, relative to the repository (AIOSON's default).",
+    )
+    reflect_human_gate = models.BooleanField(
+        default=False, help_text="Doc rewrites wait for a reviewer's approval instead of being written at once."
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = WorkspaceQuerySet.as_manager()

@@ -31,7 +31,7 @@ def live_workers() -> int:
 SECTIONS: list[Count] = [
     Count("Platform", "Users", lambda: get_user_model().objects.filter(is_active=True).count(), None),
     Count("Platform", "Active agent tokens", lambda: AgentToken.objects.active().count(), None),
-    Count("Platform", "Workspaces", lambda: Workspace.objects.count(), None),
+    Count("Platform", "Workspaces", lambda: Workspace.objects.count(), "reflect:workspaces"),
     Count("Platform", "Workers seen in the last 2 minutes", live_workers, None),
     Count("Platform", "Audit events", lambda: AuditEvent.objects.count(), None),
 ]

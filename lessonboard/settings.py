@@ -295,3 +295,12 @@ REFINE_EMBED_TIMEOUT = env.duration("LESSONBOARD_REFINE_EMBED_TIMEOUT", 15.0, mi
 # How long POST /api/v1/refine waits for the run before answering 202 with a URL to poll.
 REFINE_API_WAIT = env.duration("LESSONBOARD_REFINE_API_WAIT", 5.0, minimum=0.0)
 CELERY_BEAT_SCHEDULE["refine-requeue-stalled"] = {"task": "refine.tasks.requeue_stalled", "schedule": 60.0}
+
+# --- workspace doc reflection (issue 8) ---------------------------------------------------------------
+# Directories under which a workspace's git work tree may live; empty: no repository can be attached.
+WORKSPACE_ROOTS = [Path(p).expanduser() for p in env.items("LESSONBOARD_WORKSPACE_ROOTS", [], lower=False)]
+# Every git call is bounded: AIOSON's runGit uses a 4 MiB buffer; the timeout is ours.
+REFLECT_GIT_TIMEOUT = env.duration("LESSONBOARD_REFLECT_GIT_TIMEOUT", 10.0, minimum=0.001)
+REFLECT_GIT_MAX_OUTPUT = env.integer("LESSONBOARD_REFLECT_GIT_MAX_OUTPUT", 4 * 1024 * 1024, minimum=1024)
+# Largest commit payload (the agent's {"files": …}) the API and CLI accept; AIOSON has no limit.
+REFLECT_MAX_COMMIT_BYTES = env.integer("LESSONBOARD_REFLECT_MAX_COMMIT_BYTES", 2 * 1024 * 1024, minimum=1024)

@@ -27,3 +27,6 @@ class LessonVersionAdmin(admin.ModelAdmin):
     list_filter = ["action", "created_at"]
     search_fields = ["actor", "reason"]
     raw_id_fields = ["lesson", "actor_user"]
+
+
+import lessons.reflect.admin  # noqa: E402, F401 - doc reflection registers its own admins
