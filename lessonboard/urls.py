@@ -18,4 +18,5 @@ urlpatterns = [
     path("", include("lessons.urls")),
     path("", include("lessonq.urls")),
     path("", include("refine.urls")),
+    path("", include("lessons.review.urls")),
 ]
