@@ -111,4 +111,6 @@ class LessonVersion(models.Model):
 
     def __str__(self) -> str:
         return f"lesson {self.lesson_id} v{self.number} {self.action}"
-from lessons.review.models import *  # noqa: E402,F401,F403  (issue 6: gated memory writes)
+
+
+from lessons.review.models import *  # noqa: E402, F403  (issue 6: gated memory writes)

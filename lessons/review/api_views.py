@@ -23,7 +23,9 @@ def _workspace_slug(value: str) -> str:
     try:
         RegexValidator(SLUG_RE)(value)
     except ValidationError as exc:
-        raise ApiError("'workspace' must be a slug: lower-case letters, digits, '.', '_' or '-'", field="workspace") from exc
+        raise ApiError(
+            "'workspace' must be a slug: lower-case letters, digits, '.', '_' or '-'", field="workspace"
+        ) from exc
     return value
 
 
@@ -32,7 +34,12 @@ def outcome_payload(proposals: list[Proposal]) -> dict[str, list[dict[str, Any]]
     for row in proposals:
         store_said = row.status in (ProposalStatus.APPLIED, ProposalStatus.FAILED)
         buckets[row.status].append(
-            {"id": row.pk, "proposal": row.as_payload(), "reason": row.message if store_said else row.gate_reason, "gate": row.gate}
+            {
+                "id": row.pk,
+                "proposal": row.as_payload(),
+                "reason": row.message if store_said else row.gate_reason,
+                "gate": row.gate,
+            }
         )
     return buckets
 

@@ -126,8 +126,12 @@ def reject(pk: int, user: Any, *, reason: str) -> Proposal:
     _finish(row, user, Decision.REJECTED)
     row.save()
     AuditEvent.record(
-        "review.reject", user=user, object_type="proposal", object_ids=[pk],
-        result={"status": row.status, "target": row.target, "op": row.op}, reason=reason,
+        "review.reject",
+        user=user,
+        object_type="proposal",
+        object_ids=[pk],
+        result={"status": row.status, "target": row.target, "op": row.op},
+        reason=reason,
     )
     return row
 
@@ -141,13 +145,18 @@ def _revert_memory(row: Proposal, user: Any) -> None:
         raise DecisionError("The memory changed since this write; undo refused. Propose the correction instead.")
     previous = MemoryVersion.objects.filter(document=doc, number=version.number - 1).first()
     memory.record_version(
-        doc, "undo", list(previous.entries) if previous else [], message=f"undo of proposal {row.pk}",
-        actor=f"user:{user.get_username()}", user=user, reason=f"undo of review proposal {row.pk}",
+        doc,
+        "undo",
+        list(previous.entries) if previous else [],
+        message=f"undo of proposal {row.pk}",
+        actor=f"user:{user.get_username()}",
+        user=user,
+        reason=f"undo of review proposal {row.pk}",
     )
 
 
 def _revert_lesson(row: Proposal, user: Any) -> None:
-    lesson = Lesson.objects.select_for_update().filter(pk=row.lesson_ref_id).first()
+    lesson = Lesson.objects.select_for_update().filter(pk=row.lesson_ref_id).first() if row.lesson_ref_id else None
     if lesson is None:
         return
     if row.lesson_action != "created" or lesson.versions.count() != 1:
@@ -156,7 +165,10 @@ def _revert_lesson(row: Proposal, user: Any) -> None:
     lesson.updated_at = timezone.now()
     lesson.save(update_fields=["status", "updated_at"])
     record_lesson_version(
-        lesson, VersionAction.ARCHIVE, actor=f"user:{user.get_username()}", user=user,
+        lesson,
+        VersionAction.ARCHIVE,
+        actor=f"user:{user.get_username()}",
+        user=user,
         reason=f"undo of review proposal {row.pk}",
     )
 

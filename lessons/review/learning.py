@@ -93,7 +93,10 @@ class LearnOutcome:
         ]
 
     def as_dict(self) -> dict[str, Any]:
-        return {name: [item.as_dict() for item in self.bucket(name)] for name in ("applied", "rejected", "failed", "pending")}  # type: ignore[arg-type]
+        return {
+            name: [item.as_dict() for item in self.bucket(name)]
+            for name in ("applied", "rejected", "failed", "pending")
+        }  # type: ignore[arg-type]
 
 
 class Store(Protocol):

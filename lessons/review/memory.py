@@ -30,7 +30,13 @@ SEPARATOR = "═" * 46
 # A small strict-scope threat scan in the spirit of hermes' threat_patterns (its pattern list is not
 # reproduced): instructions aimed at the model, exfiltration of secrets, and invisible/bidi characters.
 THREATS: list[tuple[str, re.Pattern[str]]] = [
-    ("prompt_injection", re.compile(r"\b(ignore|disregard|forget)\s+(all\s+|any\s+)?(the\s+)?(previous|prior|above|earlier)\s+instructions\b", re.I)),
+    (
+        "prompt_injection",
+        re.compile(
+            r"\b(ignore|disregard|forget)\s+(all\s+|any\s+)?(the\s+)?(previous|prior|above|earlier)\s+instructions\b",
+            re.I,
+        ),
+    ),
     ("role_override", re.compile(r"\byou\s+are\s+now\s+(a|an|in)\b|\bsystem\s+prompt\s*:", re.I)),
     ("secret_exfiltration", re.compile(r"\b(curl|wget|fetch)\b[^\n]*\$\{?[A-Z_]*(KEY|TOKEN|SECRET|PASSWORD)", re.I)),
     ("invisible_unicode", re.compile("[\u200b\u200c\u200d\u2060\ufeff\u202a-\u202e\u2066-\u2069]")),
@@ -179,7 +185,9 @@ def _locked_document(workspace: Workspace, target: str) -> MemoryDocument:
     return MemoryDocument.objects.select_for_update().get(workspace=workspace, target=target)
 
 
-def record_version(doc: MemoryDocument, action: str, entries: list[str], *, message: str, actor: str, user: Any, reason: str) -> MemoryVersion:
+def record_version(
+    doc: MemoryDocument, action: str, entries: list[str], *, message: str, actor: str, user: Any, reason: str
+) -> MemoryVersion:
     doc.entries = entries
     doc.version += 1
     doc.updated_at = timezone.now()
@@ -245,10 +253,8 @@ def render_block(target: str, entries: list[str], limit: int | None = None) -> s
         head, tail = int(cap * 0.7), int(cap * 0.2)
         omitted = current - head - tail
         content = (
-            content[:head]
-            + f"\n\n[... {omitted:,} chars truncated — memory over budget ({current:,}/{limit:,}); "
-            "consolidate via memory(action=remove/replace) ...]\n\n"
-            + content[-tail:]
+            content[:head] + f"\n\n[... {omitted:,} chars truncated — memory over budget ({current:,}/{limit:,}); "
+            "consolidate via memory(action=remove/replace) ...]\n\n" + content[-tail:]
         )
     over = " ⚠ OVER BUDGET" if current > limit else ""
     if target == "user":

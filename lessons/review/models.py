@@ -150,7 +150,9 @@ class Proposal(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True, help_text="A reviewer's reason for rejecting.")
     message = models.TextField(blank=True, help_text="The store's message: success, or why it refused.")
-    memory_version = models.ForeignKey(MemoryVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    memory_version = models.ForeignKey(
+        MemoryVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     lesson_ref = models.ForeignKey("lessons.Lesson", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     lesson_action = models.CharField(max_length=20, blank=True)
     reserved_by = models.ForeignKey(

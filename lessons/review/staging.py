@@ -22,7 +22,7 @@ class RunResult:
     error: ReviewPassError | None = None
 
 
-def save_item(run: ReviewRun, position: int, item: Item) -> Proposal:
+def save_item(run: ReviewRun, position: int, item: Item) -> None:
     proposal = item.proposal
     verdict = item.verdict
     row = Proposal(
@@ -55,7 +55,6 @@ def save_item(run: ReviewRun, position: int, item: Item) -> Proposal:
     if row.decision == Decision.AUTO:
         row.decided_at = row.created_at
     row.save()
-    return row
 
 
 def run_review(
@@ -89,8 +88,13 @@ def run_review(
             run.raw_output, run.model = cause.raw_output, cause.model
         run.save(update_fields=["status", "error", "raw_output", "model"])
         AuditEvent.record(
-            "review.run", token=token, user=user, object_type="review_run", object_ids=[run.pk],
-            result={"status": "error", "stage": exc.stage}, reason=exc.message,
+            "review.run",
+            token=token,
+            user=user,
+            object_type="review_run",
+            object_ids=[run.pk],
+            result={"status": "error", "stage": exc.stage},
+            reason=exc.message,
         )
         return RunResult(run, None, exc)
     if outcome.proposed is not None:
@@ -99,7 +103,11 @@ def run_review(
         run.prompt_version = outcome.proposed.prompt_version or run.prompt_version
         run.save(update_fields=["raw_output", "model", "prompt_version"])
     AuditEvent.record(
-        "review.run", token=token, user=user, object_type="review_run", object_ids=[run.pk],
+        "review.run",
+        token=token,
+        user=user,
+        object_type="review_run",
+        object_ids=[run.pk],
         result={name: len(outcome.bucket(name)) for name in ("applied", "rejected", "failed", "pending")},  # type: ignore[arg-type]
     )
     return RunResult(run, outcome)

@@ -15,7 +15,9 @@ from lessons.store import persist_lesson
 
 
 class WorkspaceStore:
-    def __init__(self, workspace: Workspace, *, agent: str = "", actor: str = "system", user: Any = None, reason: str = "") -> None:
+    def __init__(
+        self, workspace: Workspace, *, agent: str = "", actor: str = "system", user: Any = None, reason: str = ""
+    ) -> None:
         self.workspace = workspace
         self.agent = agent
         self.actor = actor

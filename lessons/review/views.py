@@ -50,7 +50,10 @@ def preview(row: Proposal) -> Preview:
     if row.target == "lesson":
         lesson = row.lesson or {}
         result.text = fact_content(
-            lesson.get("situation", ""), lesson.get("mistake", ""), lesson.get("correction", ""), lesson.get("trigger", "")
+            lesson.get("situation", ""),
+            lesson.get("mistake", ""),
+            lesson.get("correction", ""),
+            lesson.get("trigger", ""),
         )
         result.neighbours = nearest(row.workspace, result.text)
         return result
@@ -89,7 +92,7 @@ def _pending_filtered(request: HttpRequest) -> Any:
 def _undo_context(request: HttpRequest) -> dict[str, Any]:
     """The reviewer's last decision, while it can still be undone."""
     pk = request.session.get("review_undo")
-    row = Proposal.objects.filter(pk=pk, decided_by=request.user).first() if pk else None
+    row = Proposal.objects.filter(pk=pk, decided_by_id=request.user.pk).first() if pk else None
     return {
         "undo_row": row if row is not None and row.can_undo() else None,
         "undo_seconds": int(settings.REVIEW_UNDO_GRACE),
@@ -169,7 +172,11 @@ def _decided_message(request: HttpRequest, row: Proposal) -> None:
 @require_POST
 @review_required
 def approve(request: HttpRequest, pk: int) -> HttpResponse:
-    edits = {key: request.POST[key] for key in ("content", "old_text", "situation", "mistake", "correction") if key in request.POST}
+    edits = {
+        key: request.POST[key]
+        for key in ("content", "old_text", "situation", "mistake", "correction")
+        if key in request.POST
+    }
     try:
         row = decisions.approve(pk, request.user, edits=edits or None)
     except decisions.DecisionError as exc:
@@ -248,7 +255,9 @@ def agreement_by_target() -> list[dict[str, Any]]:
 @require_GET
 @review_required
 def decisions_page(request: HttpRequest) -> HttpResponse:
-    rows = Proposal.objects.exclude(decision="").select_related("workspace", "decided_by").order_by("-decided_at", "-id")
+    rows = (
+        Proposal.objects.exclude(decision="").select_related("workspace", "decided_by").order_by("-decided_at", "-id")
+    )
     filters = {k: request.GET.get(k, "") for k in ("target", "decision", "status", "workspace", "reviewer")}
     if filters["target"]:
         rows = rows.filter(target=filters["target"])

@@ -80,7 +80,7 @@ def test_an_invalid_proposal_fails_the_pass_and_earlier_writes_stay(store, ws):
     ],
 )
 def test_it_rejects_malformed_shapes(raw):
-    with pytest.raises(Exception, match="^Invalid review proposal: "):
+    with pytest.raises(Exception, match=r"^Invalid review proposal: "):
         parse_proposal(raw)
 
 
@@ -184,12 +184,19 @@ def test_gates_are_configured_per_target_and_op(settings):
     gate = configured_gate()
     assert gate(parse_proposal(add("x", 0.9, "user"))).decision == "hold"
     assert gate(parse_proposal({"target": "memory", "op": "remove", "old_text": "x", "score": 0.9})).decision == "hold"
-    lesson = parse_proposal({"target": "lesson", "op": "add", "score": 0.9, "lesson": {"situation": "s", "correction": "c"}})
+    lesson = parse_proposal(
+        {"target": "lesson", "op": "add", "score": 0.9, "lesson": {"situation": "s", "correction": "c"}}
+    )
     assert gate(lesson).decision == "approve"
 
 
 def test_an_approved_lesson_goes_through_persist_lesson(store, ws):
-    lesson = {"target": "lesson", "op": "add", "score": 0.8, "lesson": {"situation": "big edit", "correction": "patch mode"}}
+    lesson = {
+        "target": "lesson",
+        "op": "add",
+        "score": 0.8,
+        "lesson": {"situation": "big edit", "correction": "patch mode"},
+    }
     outcome = review_and_learn("w", proposer=Proposer([lesson]), gate=score_gate(0.7), store=store)
     assert outcome.applied[0].reason == "Lesson added."
     row = Lesson.objects.get()
