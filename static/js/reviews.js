@@ -37,7 +37,10 @@
     return false;
   }
 
-  document.addEventListener("DOMContentLoaded", refreshRows);
+  document.addEventListener("DOMContentLoaded", function () {
+    refreshRows();
+    document.body.setAttribute("data-keys", "ready");  // the keyboard is live (tests wait for this)
+  });
   document.addEventListener("htmx:afterSettle", refreshRows);
 
   document.addEventListener("keydown", function (evt) {

@@ -25,18 +25,22 @@ def test_a_reviewer_approves_edits_and_rejects_from_the_keyboard(page, live_serv
     login(page, "bob")
     page.click("nav a:has-text('Reviews')")
     assert page.locator("#pending-count").inner_text() == "3 pending"
+    page.wait_for_selector("body[data-keys=ready] tr.selected")
     rows = page.locator("[data-review-row]")
     assert rows.first.inner_text().count("tests run with lb.py test") == 1  # oldest first
     page.keyboard.press("o")
     page.wait_for_url("**/reviews/*/")
+    page.wait_for_selector("body[data-keys=ready]")
     assert "tests run with lb.py test" in page.locator("#proposal-content").inner_text()
     page.keyboard.press("a")  # approve → the next pending proposal opens
     page.wait_for_function("document.querySelector('#proposal-content') && document.querySelector('#proposal-content').innerText.includes('uses npm')")
+    page.wait_for_selector("body[data-keys=ready]")
     assert page.locator("#undo-form").count() == 1
     page.keyboard.press("e")
     page.fill("#edit-content", "uses pnpm, never npm")
     page.keyboard.press("Control+Enter")
     page.wait_for_function("document.querySelector('#proposal-content') && document.querySelector('#proposal-content').innerText.includes('the sky is green')")
+    page.wait_for_selector("body[data-keys=ready]")
     page.keyboard.press("r")
     page.keyboard.type("not true")
     page.keyboard.press("Enter")
