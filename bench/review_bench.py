@@ -80,7 +80,7 @@ def main() -> None:
     print(f"review pass (score gate, store writes + rows): {runs * batch / elapsed:,.0f} proposals/s ({runs} runs)")
 
     # 3. staging for people, then approvals one by one
-    def hold(p):  # noqa: ANN001, ANN202
+    def hold(p):
         return Verdict("hold", "bench", gate="human", auto_approve=True)
 
     for r in range(runs):

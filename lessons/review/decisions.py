@@ -18,6 +18,7 @@ from django.utils import timezone
 from lessonboard.models import AuditEvent
 from lessons.models import Lesson, LessonStatus, VersionAction
 from lessons.review import memory
+from lessons.review.metrics import DECISIONS
 from lessons.review.models import Decision, MemoryDocument, MemoryVersion, Proposal, ProposalStatus
 from lessons.review.proposals import InvalidProposal, ReviewProposal, parse_proposal
 from lessons.review.targets import WorkspaceStore
@@ -105,6 +106,7 @@ def approve(pk: int, user: Any, *, edits: dict[str, str] | None = None) -> Propo
         row.lesson_ref, row.lesson_action = outcome.ref.lesson, outcome.ref.action
     _finish(row, user, Decision.EDITED if edited else Decision.APPROVED)
     row.save()
+    DECISIONS.labels(row.target, row.decision, row.status).inc()
     AuditEvent.record(
         "review.edit_approve" if edited else "review.approve",
         user=user,
@@ -125,6 +127,7 @@ def reject(pk: int, user: Any, *, reason: str) -> Proposal:
     row.reason = reason
     _finish(row, user, Decision.REJECTED)
     row.save()
+    DECISIONS.labels(row.target, row.decision, row.status).inc()
     AuditEvent.record(
         "review.reject",
         user=user,

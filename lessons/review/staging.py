@@ -10,6 +10,7 @@ from typing import Any
 from lessonboard.models import AgentToken, AuditEvent, Workspace
 from lessons.review.gates import GateFn, configured_gate
 from lessons.review.learning import Item, LearnOutcome, Proposer, ReviewPassError, review_and_learn
+from lessons.review.metrics import PASS_FAILURES, PROPOSALS
 from lessons.review.models import Decision, MemoryVersion, Proposal, ReviewRun, RunStatus
 from lessons.review.proposer import PROMPT_VERSION, ProposerError, llm_proposer
 from lessons.review.targets import WorkspaceStore
@@ -55,6 +56,7 @@ def save_item(run: ReviewRun, position: int, item: Item) -> None:
     if row.decision == Decision.AUTO:
         row.decided_at = row.created_at
     row.save()
+    PROPOSALS.labels(row.target, row.status).inc()
 
 
 def run_review(
@@ -87,6 +89,7 @@ def run_review(
         if isinstance(cause, ProposerError):
             run.raw_output, run.model = cause.raw_output, cause.model
         run.save(update_fields=["status", "error", "raw_output", "model"])
+        PASS_FAILURES.labels(exc.stage).inc()
         AuditEvent.record(
             "review.run",
             token=token,

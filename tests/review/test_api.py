@@ -123,3 +123,10 @@ def test_the_api_needs_a_full_token(agent_token):
     ingest = ApiClient(agent_token("ingest-only", "ingest"))
     assert ingest.post("/api/v1/reviews", {"summary": "x", "workspace": "a"}).status_code == 403
     assert ingest.get("/api/v1/memory/memory", {"workspace": "a"}).status_code == 403
+
+
+def test_the_pass_shows_up_in_metrics(api, fake_openai, client):
+    fake_openai.script(reply({"target": "user", "op": "add", "content": "Ana", "rationale": "r", "score": 0.8}))
+    api.post("/api/v1/reviews", {"summary": "met Ana", "workspace": "metrics-ws"})
+    text = client.get("/metrics").content.decode()
+    assert 'lessonboard_review_proposals_total{bucket="applied",target="user"}' in text
