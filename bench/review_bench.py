@@ -105,7 +105,9 @@ def main() -> None:
         t0 = time.perf_counter()
         decisions.approve(pk, user)
         lat.append((time.perf_counter() - t0) * 1000)
-    print(f"approve (lock, replay into store, audit): median {statistics.median(lat):.2f} ms, max {max(lat):.2f} ms over {len(lat)}")
+    print(
+        f"approve (lock, replay into store, audit): median {statistics.median(lat):.2f} ms, max {max(lat):.2f} ms over {len(lat)}"
+    )
     print(f"user target after approvals: {memory.usage_text(memory.entries_of(ws, 'user'), memory.limit_for('user'))}")
 
 
