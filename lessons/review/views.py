@@ -252,6 +252,22 @@ def agreement_by_target() -> list[dict[str, Any]]:
     ]
 
 
+def rejections_by_source() -> list[dict[str, Any]]:
+    """Per target and agent: how many proposals were rejected (by the gate or a person) and how many in all,
+    so a noisy proposer shows up."""
+    rejected = Q(status=ProposalStatus.REJECTED)
+    return [
+        dict(row)
+        for row in Proposal.objects.values("target", "agent")
+        .annotate(
+            total=Count("id"),
+            rejected=Count("id", filter=rejected),
+            by_people=Count("id", filter=rejected & Q(decision=Decision.REJECTED)),
+        )
+        .order_by("-rejected", "target", "agent")[:20]
+    ]
+
+
 @require_GET
 @review_required
 def decisions_page(request: HttpRequest) -> HttpResponse:
@@ -272,6 +288,7 @@ def decisions_page(request: HttpRequest) -> HttpResponse:
     context = {
         "page": Paginator(rows, 50).get_page(request.GET.get("page")),
         "agreement": agreement_by_target(),
+        "rejections": rejections_by_source(),
         "filters": filters,
         "labels": TARGET_LABELS,
         "decisions": Decision.choices[1:],

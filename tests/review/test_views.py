@@ -238,3 +238,23 @@ def test_the_decisions_page_shows_agreement_with_the_gate_per_target(bob, client
         client_as(bob).get("/reviews/decisions/?decision=rejected", headers={"HX-Request": "true"}).content.decode()
     )
     assert "<html" not in filtered and filtered.count("/reviews/") >= 2 and ">a<" not in filtered
+
+
+def test_a_hold_expires_after_the_hold_period(bob, client_as, stage, time_machine, settings):
+    settings.REVIEW_HOLD = 300
+    dave = UserFactory(username="dave", role="reviewer")
+    time_machine.move_to("2030-01-01 00:00:00Z", tick=False)
+    (row,) = stage(add("uses pnpm"))
+    client_as(bob).get(f"/reviews/{row.pk}/")
+    time_machine.move_to("2030-01-01 00:04:59Z", tick=False)
+    with pytest.raises(decisions.DecisionError, match="being reviewed by bob"):
+        decisions.approve(row.pk, dave)
+    time_machine.move_to("2030-01-01 00:05:00Z", tick=False)
+    assert decisions.approve(row.pk, dave).status == "applied"
+
+
+def test_the_decisions_page_counts_rejections_per_agent(bob, client_as, stage):
+    rows = stage(add("a", 0.9), add("b", 0.9))
+    decisions.reject(rows[0].pk, bob, reason="noise")
+    page = client_as(bob).get("/reviews/decisions/").content.decode()
+    assert "<td>memory</td><td>coder</td><td>2</td><td>1</td><td>1</td>" in page
