@@ -258,3 +258,19 @@ def test_the_decisions_page_counts_rejections_per_agent(bob, client_as, stage):
     decisions.reject(rows[0].pk, bob, reason="noise")
     page = client_as(bob).get("/reviews/decisions/").content.decode()
     assert "<td>memory</td><td>coder</td><td>2</td><td>1</td><td>1</td>" in page
+
+
+def test_overview_counts_pending_proposals_once_registered(stage, client_as, carol):
+    from lessonboard import overview
+    from lessons.review.overview import register
+
+    stage(add("a"), add("b"))
+    before = list(overview.SECTIONS)
+    try:
+        register()
+        register()  # idempotent
+        page = client_as(carol).get("/").content.decode()
+        assert page.count("Proposals waiting for a person") == 1
+        assert "<dd>2</dd>" in page
+    finally:
+        overview.SECTIONS[:] = before
