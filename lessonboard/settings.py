@@ -304,3 +304,31 @@ REFLECT_GIT_TIMEOUT = env.duration("LESSONBOARD_REFLECT_GIT_TIMEOUT", 10.0, mini
 REFLECT_GIT_MAX_OUTPUT = env.integer("LESSONBOARD_REFLECT_GIT_MAX_OUTPUT", 4 * 1024 * 1024, minimum=1024)
 # Largest commit payload (the agent's {"files": …}) the API and CLI accept; AIOSON has no limit.
 REFLECT_MAX_COMMIT_BYTES = env.integer("LESSONBOARD_REFLECT_MAX_COMMIT_BYTES", 2 * 1024 * 1024, minimum=1024)
+
+# --- gated memory writes (issue 6) -------------------------------------------------------------------------
+# hermes' per-target budgets, in characters (the "\n§\n" delimiters count).
+MEMORY_CHAR_LIMIT = env.integer("LESSONBOARD_MEMORY_CHAR_LIMIT", 2200, minimum=1)
+USER_CHAR_LIMIT = env.integer("LESSONBOARD_USER_CHAR_LIMIT", 1375, minimum=1)
+# The auto gate approves a proposal whose score is >= this (inclusive), as scoreThresholdGate(0.7).
+REVIEW_THRESHOLD = env.number("LESSONBOARD_REVIEW_THRESHOLD", 0.7, minimum=0.0, maximum=1.0)
+# Gate per target and op: "auto", "human" or "risk" (the risk-tiered default). Entries are
+# "<target>=<gate>" or "<target>.<op>=<gate>"; the most specific wins, then REVIEW_GATE_DEFAULT.
+REVIEW_GATE_DEFAULT = env.choice("LESSONBOARD_REVIEW_GATE", "risk", ("auto", "human", "risk"))
+REVIEW_GATES = env.items("LESSONBOARD_REVIEW_GATES", [])
+# How long a reviewer who opens a proposal holds it, and how long a decision can be undone.
+REVIEW_HOLD = env.duration("LESSONBOARD_REVIEW_HOLD", 300.0, minimum=1.0)
+REVIEW_UNDO_GRACE = env.duration("LESSONBOARD_REVIEW_UNDO_GRACE", 120.0, minimum=0.0)
+# The largest summary POST /api/v1/reviews accepts, in characters.
+REVIEW_SUMMARY_MAX = env.integer("LESSONBOARD_REVIEW_SUMMARY_MAX", 20000, minimum=1)
+for _entry in REVIEW_GATES:
+    _key, _, _gate = _entry.partition("=")
+    _target, _, _op = _key.partition(".")
+    if (
+        _gate not in ("auto", "human", "risk")
+        or _target not in ("memory", "user", "lesson")
+        or _op not in ("", "add", "replace", "remove")
+    ):
+        raise ImproperlyConfigured(
+            f"LESSONBOARD_REVIEW_GATES entry {_entry!r} is not <target>[.<op>]=<gate> with target "
+            "memory|user|lesson, op add|replace|remove and gate auto|human|risk"
+        )

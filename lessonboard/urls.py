@@ -20,4 +20,5 @@ urlpatterns = [
     path("", include("lessonq.urls")),
     path("", include("refine.urls")),
     path("", include("lessons.reflect.urls")),
+    path("", include("lessons.review.urls")),
 ]

@@ -29,4 +29,5 @@ class LessonVersionAdmin(admin.ModelAdmin):
     raw_id_fields = ["lesson", "actor_user"]
 
 
-import lessons.reflect.admin  # noqa: E402, F401 - doc reflection registers its own admins
+import lessons.reflect.admin  # noqa: E402 - doc reflection registers its own admins
+import lessons.review.admin  # noqa: E402, F401 - gated memory writes register their own admins

@@ -114,3 +114,4 @@ class LessonVersion(models.Model):
 
 
 from lessons.reflect.models import *  # noqa: E402, F403
+from lessons.review.models import *  # noqa: E402, F403  (issue 6: gated memory writes)

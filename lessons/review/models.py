@@ -1,0 +1,212 @@
+"""Memory targets (hermes' MEMORY.md / USER.md as versioned rows), review passes and their proposals.
+
+Registered in the ``lessons`` app through one import at the end of ``lessons/models.py``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from lessonboard.models import AgentToken, Workspace
+
+__all__ = [
+    "Decision",
+    "MemoryDocument",
+    "MemoryTargetName",
+    "MemoryVersion",
+    "Proposal",
+    "ProposalStatus",
+    "ReviewRun",
+    "RunStatus",
+]
+
+
+class MemoryTargetName(models.TextChoices):
+    MEMORY = "memory", "Agent notes (MEMORY.md)"
+    USER = "user", "User profile (USER.md)"
+
+
+class MemoryDocument(models.Model):
+    """One target's live entry list for one workspace; ``version`` counts its changes."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memory_documents")
+    target = models.CharField(max_length=10, choices=MemoryTargetName.choices)
+    entries = models.JSONField(default=list)
+    version = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        app_label = "lessons"
+        ordering = ["workspace", "target"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "target"], name="memory_document_unique_target")]
+
+    def __str__(self) -> str:
+        return f"{self.workspace} {self.target} v{self.version}"
+
+
+class MemoryVersion(models.Model):
+    """One change to a memory target: the entries after it, who did it and the store's message."""
+
+    document = models.ForeignKey(MemoryDocument, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    action = models.CharField(max_length=20)  # add / replace / remove / undo
+    entries = models.JSONField(default=list)
+    message = models.TextField(blank=True)
+    actor = models.CharField(max_length=200)
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        app_label = "lessons"
+        ordering = ["document", "-number"]
+        constraints = [models.UniqueConstraint(fields=["document", "number"], name="memory_version_unique_number")]
+
+    def __str__(self) -> str:
+        return f"{self.document} v{self.number} {self.action}"
+
+
+class RunStatus(models.TextChoices):
+    OK = "ok", "ok"
+    ERROR = "error", "failed"
+
+
+class ReviewRun(models.Model):
+    """One review pass: the summary it was given, the proposer's raw output, and how it ended."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="review_runs")
+    agent = models.CharField(max_length=200, blank=True)
+    summary = models.TextField()
+    prompt_version = models.CharField(max_length=50, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    raw_output = models.TextField(blank=True)
+    status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.OK)
+    error = models.TextField(blank=True)
+    token = models.ForeignKey(AgentToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        app_label = "lessons"
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"review run {self.pk} ({self.workspace})"
+
+
+class ProposalStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    APPLIED = "applied", "applied"
+    REJECTED = "rejected", "rejected"
+    FAILED = "failed", "failed"
+
+
+class Decision(models.TextChoices):
+    NONE = "", "—"
+    AUTO = "auto", "gate"
+    APPROVED = "approved", "approved"
+    EDITED = "edited", "edited and approved"
+    REJECTED = "rejected", "rejected"
+
+
+class ProposalQuerySet(models.QuerySet["Proposal"]):
+    def pending(self) -> ProposalQuerySet:
+        return self.filter(status=ProposalStatus.PENDING).order_by("created_at", "id")
+
+    def decided_by_people(self) -> ProposalQuerySet:
+        return self.filter(decision__in=[Decision.APPROVED, Decision.EDITED, Decision.REJECTED])
+
+
+class Proposal(models.Model):
+    """One proposed write and where it ended: one of the pass's four buckets."""
+
+    run = models.ForeignKey(ReviewRun, on_delete=models.CASCADE, related_name="proposals")
+    position = models.PositiveIntegerField(default=0)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    agent = models.CharField(max_length=200, blank=True)
+    target = models.CharField(max_length=10)
+    op = models.CharField(max_length=10)
+    content = models.TextField(blank=True)
+    old_text = models.TextField(blank=True)
+    lesson = models.JSONField(default=dict, blank=True)  # situation / mistake / correction / trigger / tags
+    rationale = models.TextField(blank=True)
+    score = models.FloatField()
+    original = models.JSONField(default=dict, blank=True)  # the proposal as proposed, before any edit
+    status = models.CharField(max_length=10, choices=ProposalStatus.choices)
+    gate = models.CharField(max_length=10, blank=True)  # auto / human / risk: the policy that decided
+    gate_reason = models.TextField(blank=True)
+    auto_approve = models.BooleanField(help_text="What the score gate alone would have decided.")
+    decision = models.CharField(max_length=10, choices=Decision.choices, blank=True, default="")
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True, help_text="A reviewer's reason for rejecting.")
+    message = models.TextField(blank=True, help_text="The store's message: success, or why it refused.")
+    memory_version = models.ForeignKey(
+        MemoryVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    lesson_ref = models.ForeignKey("lessons.Lesson", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    lesson_action = models.CharField(max_length=20, blank=True)
+    reserved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reserved_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = ProposalQuerySet.as_manager()
+
+    class Meta:
+        app_label = "lessons"
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=ProposalStatus.values), name="proposal_status_valid"),
+            models.CheckConstraint(condition=Q(score__gte=0.0, score__lte=1.0), name="proposal_score_in_range"),
+        ]
+        indexes = [models.Index(fields=["status", "created_at"]), models.Index(fields=["target", "-decided_at"])]
+
+    def __str__(self) -> str:
+        return f"proposal {self.pk} {self.target}.{self.op} {self.status}"
+
+    @property
+    def age(self) -> timedelta:
+        return timezone.now() - self.created_at
+
+    def held_by_other(self, user: Any) -> bool:
+        return (
+            self.reserved_by_id is not None
+            and self.reserved_by_id != getattr(user, "pk", None)
+            and self.reserved_until is not None
+            and self.reserved_until > timezone.now()
+        )
+
+    def can_undo(self) -> bool:
+        return (
+            self.decision in (Decision.APPROVED, Decision.EDITED, Decision.REJECTED)
+            and self.decided_at is not None
+            and timezone.now() - self.decided_at <= timedelta(seconds=settings.REVIEW_UNDO_GRACE)
+        )
+
+    def as_payload(self) -> dict[str, Any]:
+        """The proposal in the API's shape (hermes' field names, snake_case)."""
+        data: dict[str, Any] = {
+            "id": self.pk,
+            "target": self.target,
+            "op": self.op,
+            "rationale": self.rationale,
+            "score": self.score,
+        }
+        if self.op in ("add", "replace") and self.target != "lesson":
+            data["content"] = self.content
+        if self.op in ("replace", "remove"):
+            data["old_text"] = self.old_text
+        if self.target == "lesson":
+            data["lesson"] = self.lesson
+        return data

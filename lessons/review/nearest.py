@@ -1,0 +1,67 @@
+"""The existing memory entries and lessons nearest to a proposal's text, with a similarity and a flag.
+
+Token Jaccard for now: one function, so it can switch to ``lessons.retrieval.search`` (vector retrieval)
+once that exists. The store itself only detects exact duplicates; these flags are hints for the reviewer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from lessonboard.models import Workspace
+from lessons.models import Lesson, LessonStatus
+from lessons.review import memory
+
+WORD = re.compile(r"[a-z0-9_]+")
+NEGATIONS = frozenset({"not", "never", "no", "don", "dont", "doesn", "avoid", "without", "stop", "instead"})
+STOP = frozenset({"the", "a", "an", "to", "of", "and", "or", "in", "on", "is", "are", "for", "with", "it", "be", "t"})
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    kind: str  # "memory" / "user" entry, or "lesson"
+    text: str
+    similarity: float
+    flag: str  # duplicate / near duplicate / possible contradiction / related
+    lesson_id: int | None = None
+
+
+def words(text: str) -> set[str]:
+    return {w for w in WORD.findall(text.lower()) if w not in STOP}
+
+
+def similarity(a: str, b: str) -> float:
+    wa, wb = words(a), words(b)
+    if not wa or not wb:
+        return 0.0
+    return len(wa & wb) / len(wa | wb)
+
+
+def flag_for(text: str, other: str, score: float) -> str:
+    if text.strip() == other.strip():
+        return "duplicate"
+    if score >= 0.3 and bool(words(text) & NEGATIONS) != bool(words(other) & NEGATIONS):
+        return "possible contradiction"
+    if score >= 0.6:
+        return "near duplicate"
+    return "related"
+
+
+def nearest(workspace: Workspace, text: str, *, limit: int = 3, floor: float = 0.1) -> list[Neighbour]:
+    if not text.strip():
+        return []
+    found: list[Neighbour] = []
+    for target in memory.TARGETS:
+        for entry in memory.entries_of(workspace, target):
+            score = similarity(text, entry)
+            if score >= floor:
+                found.append(Neighbour(target, entry, score, flag_for(text, entry, score)))
+    lessons = Lesson.objects.filter(status=LessonStatus.ACTIVE, workspace=workspace).order_by("-updated_at")[:500]
+    for lesson in lessons:
+        body = f"{lesson.situation} {lesson.mistake} {lesson.correction}"
+        score = similarity(text, body)
+        if score >= floor:
+            found.append(Neighbour("lesson", lesson.content, score, flag_for(text, body, score), lesson.pk))
+    found.sort(key=lambda n: n.similarity, reverse=True)
+    return found[:limit]

@@ -1,0 +1,299 @@
+"""The approval queue (pending proposals, oldest first), one proposal's page, decisions, and history.
+
+Every view checks ``lessonboard.review_memory`` itself: a viewer or operator posting a decision gets 403.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from lessonboard.permissions import require_perm
+from lessons.content import fact_content
+from lessons.review import decisions, memory
+from lessons.review.models import Decision, MemoryTargetName, Proposal, ProposalStatus
+from lessons.review.nearest import Neighbour, nearest
+
+review_required = require_perm("lessonboard.review_memory")
+TARGET_LABELS = {**dict(MemoryTargetName.choices), "lesson": "Lesson store"}
+
+
+@dataclass
+class Preview:
+    """What approving would do, computed against the live entries (the store checks again on approval)."""
+
+    target_label: str
+    before_usage: str = ""
+    after_usage: str = ""
+    ok: bool = True
+    store_message: str = ""
+    resolved_entry: str = ""
+    warnings: list[str] = field(default_factory=list)
+    over_budget: bool = False
+    already_known: bool = False
+    text: str = ""
+    neighbours: list[Neighbour] = field(default_factory=list)
+
+
+def preview(row: Proposal) -> Preview:
+    result = Preview(TARGET_LABELS.get(row.target, row.target))
+    if row.target == "lesson":
+        lesson = row.lesson or {}
+        result.text = fact_content(
+            lesson.get("situation", ""),
+            lesson.get("mistake", ""),
+            lesson.get("correction", ""),
+            lesson.get("trigger", ""),
+        )
+        result.neighbours = nearest(row.workspace, result.text)
+        return result
+    entries = memory.entries_of(row.workspace, row.target)
+    limit = memory.limit_for(row.target)
+    plan = memory.plan(entries, row.op, content=row.content, old_text=row.old_text, limit=limit)
+    result.before_usage = memory.usage_text(entries, limit)
+    result.after_usage = memory.usage_text(plan.after, limit) if plan.ok else result.before_usage
+    result.ok, result.store_message = plan.ok, plan.message
+    if plan.index is not None and row.op in ("replace", "remove"):
+        result.resolved_entry = plan.before[plan.index]
+    if plan.message.startswith(("Memory at", "Replacement would put")):
+        result.over_budget = True
+        result.warnings.append("Over budget: approving would end as failed. Remove or shorten entries first.")
+    elif plan.message.startswith("No entry matched"):
+        result.warnings.append(f"No entry matches '{row.old_text.strip()}': the store would refuse it.")
+    elif plan.message.startswith("Multiple entries matched"):
+        result.warnings.append(f"Ambiguous: {len(plan.matches)} different entries match '{row.old_text.strip()}'.")
+    elif not plan.ok:
+        result.warnings.append(plan.message)
+    result.already_known = plan.ok and not plan.changed and row.op == "add"
+    result.text = row.content or result.resolved_entry or row.old_text
+    result.neighbours = nearest(row.workspace, result.text)
+    return result
+
+
+def _pending_filtered(request: HttpRequest) -> Any:
+    rows = Proposal.objects.pending().select_related("workspace", "reserved_by")
+    if request.GET.get("target"):
+        rows = rows.filter(target=request.GET["target"])
+    if request.GET.get("workspace"):
+        rows = rows.filter(workspace__slug=request.GET["workspace"])
+    return rows
+
+
+def _undo_context(request: HttpRequest) -> dict[str, Any]:
+    """The reviewer's last decision, while it can still be undone."""
+    pk = request.session.get("review_undo")
+    row = Proposal.objects.filter(pk=pk, decided_by_id=request.user.pk).first() if pk else None
+    return {
+        "undo_row": row if row is not None and row.can_undo() else None,
+        "undo_seconds": int(settings.REVIEW_UNDO_GRACE),
+    }
+
+
+@require_GET
+@review_required
+def queue_page(request: HttpRequest) -> HttpResponse:
+    page = Paginator(_pending_filtered(request), 50).get_page(request.GET.get("page"))
+    context = {
+        "page": page,
+        "threshold": settings.REVIEW_THRESHOLD,
+        "labels": TARGET_LABELS,
+        "pending_count": Proposal.objects.pending().count(),
+        "filters": {"target": request.GET.get("target", ""), "workspace": request.GET.get("workspace", "")},
+        "now": timezone.now(),
+        **_undo_context(request),
+    }
+    template = "reviews/queue.html#queue-list" if request.htmx else "reviews/queue.html"  # type: ignore[attr-defined]
+    return render(request, template, context)
+
+
+def _neighbours_in_queue(row: Proposal) -> tuple[int | None, int | None]:
+    pending = Proposal.objects.pending()
+    before = pending.filter(Q(created_at__lt=row.created_at) | Q(created_at=row.created_at, id__lt=row.pk))
+    after = pending.filter(Q(created_at__gt=row.created_at) | Q(created_at=row.created_at, id__gt=row.pk))
+    prev_row = before.order_by("-created_at", "-id").values_list("pk", flat=True).first()
+    next_row = after.values_list("pk", flat=True).first()
+    return prev_row, next_row
+
+
+@require_GET
+@review_required
+def proposal_page(request: HttpRequest, pk: int) -> HttpResponse:
+    """Opening a pending proposal holds it for this reviewer for ``REVIEW_HOLD`` seconds."""
+    row = get_object_or_404(Proposal.objects.select_related("workspace", "run", "decided_by", "reserved_by"), pk=pk)
+    taken = False
+    if row.status == ProposalStatus.PENDING:
+        try:
+            row = decisions.reserve(pk, request.user)
+        except decisions.DecisionError:
+            taken = True
+            row.refresh_from_db()
+    prev_pk, next_pk = _neighbours_in_queue(row)
+    context = {
+        "row": row,
+        "preview": preview(row),
+        "taken": taken,
+        "threshold": settings.REVIEW_THRESHOLD,
+        "above_threshold": row.score >= settings.REVIEW_THRESHOLD,
+        "prev_pk": prev_pk,
+        "next_pk": next_pk,
+        **_undo_context(request),
+    }
+    return render(request, "reviews/proposal.html", context)
+
+
+def _after_decision(request: HttpRequest, row: Proposal) -> HttpResponse:
+    next_pk = Proposal.objects.pending().exclude(pk=row.pk).values_list("pk", flat=True).first()
+    if next_pk is not None and request.POST.get("stay") != "1":
+        return redirect("reviews:proposal", pk=next_pk)
+    return redirect("reviews:queue")
+
+
+def _decided_message(request: HttpRequest, row: Proposal) -> None:
+    text = f"#{row.pk} {row.get_decision_display()}: {row.status}"
+    if row.message:
+        text += f" — {row.message}"
+    if row.status == ProposalStatus.FAILED:
+        messages.error(request, text)
+    else:
+        messages.success(request, text)
+    request.session["review_undo"] = row.pk
+
+
+@require_POST
+@review_required
+def approve(request: HttpRequest, pk: int) -> HttpResponse:
+    edits = {
+        key: request.POST[key]
+        for key in ("content", "old_text", "situation", "mistake", "correction")
+        if key in request.POST
+    }
+    try:
+        row = decisions.approve(pk, request.user, edits=edits or None)
+    except decisions.DecisionError as exc:
+        messages.error(request, exc.message)
+        return redirect("reviews:proposal", pk=pk) if exc.status != 404 else redirect("reviews:queue")
+    _decided_message(request, row)
+    return _after_decision(request, row)
+
+
+@require_POST
+@review_required
+def reject(request: HttpRequest, pk: int) -> HttpResponse:
+    try:
+        row = decisions.reject(pk, request.user, reason=request.POST.get("reason", ""))
+    except decisions.DecisionError as exc:
+        messages.error(request, exc.message)
+        return redirect("reviews:proposal", pk=pk) if exc.status != 404 else redirect("reviews:queue")
+    _decided_message(request, row)
+    return _after_decision(request, row)
+
+
+@require_POST
+@review_required
+def undo(request: HttpRequest, pk: int) -> HttpResponse:
+    try:
+        decisions.undo(pk, request.user)
+    except decisions.DecisionError as exc:
+        messages.error(request, exc.message)
+        return redirect("reviews:decisions")
+    messages.success(request, f"#{pk} is back in the queue.")
+    return redirect("reviews:proposal", pk=pk)
+
+
+@require_POST
+@review_required
+def bulk_decide(request: HttpRequest) -> HttpResponse:
+    ids = [int(v) for v in request.POST.getlist("ids") if v.isdigit()]
+    action = request.POST.get("action")
+    if not ids or action not in ("approve", "reject"):
+        messages.error(request, "Select proposals and an action.")
+        return redirect("reviews:queue")
+    done: dict[str, int] = {}
+    errors: list[str] = []
+    for pk in ids:
+        try:
+            if action == "approve":
+                row = decisions.approve(pk, request.user)
+            else:
+                row = decisions.reject(pk, request.user, reason=request.POST.get("reason", ""))
+            done[row.status] = done.get(row.status, 0) + 1
+        except decisions.DecisionError as exc:
+            errors.append(exc.message)
+    summary = ", ".join(f"{n} {status}" for status, n in done.items()) or "nothing decided"
+    messages.success(request, f"Bulk {action}: {summary}.")
+    for message in errors[:10]:
+        messages.error(request, message)
+    return redirect(reverse("reviews:queue"))
+
+
+def agreement_by_target() -> list[dict[str, Any]]:
+    """Per target: of the proposals people decided, how often they agreed with the score gate."""
+    approved = Q(decision__in=[Decision.APPROVED, Decision.EDITED])
+    agree = (approved & Q(auto_approve=True)) | (Q(decision=Decision.REJECTED) & Q(auto_approve=False))
+    rows = (
+        Proposal.objects.decided_by_people()
+        .values("target")
+        .annotate(total=Count("id"), agreed=Count("id", filter=agree), approved=Count("id", filter=approved))
+        .order_by("target")
+    )
+    return [
+        {**r, "label": TARGET_LABELS.get(r["target"], r["target"]), "rate": round(100 * r["agreed"] / r["total"])}
+        for r in rows
+    ]
+
+
+def rejections_by_source() -> list[dict[str, Any]]:
+    """Per target and agent: how many proposals were rejected (by the gate or a person) and how many in all,
+    so a noisy proposer shows up."""
+    rejected = Q(status=ProposalStatus.REJECTED)
+    return [
+        dict(row)
+        for row in Proposal.objects.values("target", "agent")
+        .annotate(
+            total=Count("id"),
+            rejected=Count("id", filter=rejected),
+            by_people=Count("id", filter=rejected & Q(decision=Decision.REJECTED)),
+        )
+        .order_by("-rejected", "target", "agent")[:20]
+    ]
+
+
+@require_GET
+@review_required
+def decisions_page(request: HttpRequest) -> HttpResponse:
+    rows = (
+        Proposal.objects.exclude(decision="").select_related("workspace", "decided_by").order_by("-decided_at", "-id")
+    )
+    filters = {k: request.GET.get(k, "") for k in ("target", "decision", "status", "workspace", "reviewer")}
+    if filters["target"]:
+        rows = rows.filter(target=filters["target"])
+    if filters["decision"]:
+        rows = rows.filter(decision=filters["decision"])
+    if filters["status"]:
+        rows = rows.filter(status=filters["status"])
+    if filters["workspace"]:
+        rows = rows.filter(workspace__slug=filters["workspace"])
+    if filters["reviewer"]:
+        rows = rows.filter(decided_by__username=filters["reviewer"])
+    context = {
+        "page": Paginator(rows, 50).get_page(request.GET.get("page")),
+        "agreement": agreement_by_target(),
+        "rejections": rejections_by_source(),
+        "filters": filters,
+        "labels": TARGET_LABELS,
+        "decisions": Decision.choices[1:],
+        "statuses": ProposalStatus.choices,
+        "threshold": settings.REVIEW_THRESHOLD,
+    }
+    template = "reviews/decisions.html#history" if request.htmx else "reviews/decisions.html"  # type: ignore[attr-defined]
+    return render(request, template, context)
