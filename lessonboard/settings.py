@@ -294,6 +294,8 @@ REFINE_EMBEDDING_MODEL = env.text("LESSONBOARD_REFINE_EMBEDDING_MODEL", "text-em
 REFINE_EMBED_TIMEOUT = env.duration("LESSONBOARD_REFINE_EMBED_TIMEOUT", 15.0, minimum=0.001)
 # How long POST /api/v1/refine waits for the run before answering 202 with a URL to poll.
 REFINE_API_WAIT = env.duration("LESSONBOARD_REFINE_API_WAIT", 5.0, minimum=0.0)
+# The workspace whose approval queue receives "propose as a lesson" from the compare page.
+REFINE_PROPOSAL_WORKSPACE = env.text("LESSONBOARD_REFINE_PROPOSAL_WORKSPACE", "refine")
 CELERY_BEAT_SCHEDULE["refine-requeue-stalled"] = {"task": "refine.tasks.requeue_stalled", "schedule": 60.0}
 
 # --- workspace doc reflection (issue 8) ---------------------------------------------------------------

@@ -4,6 +4,7 @@ mode, and proposing a pass as a lesson."""
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import timedelta
 from typing import Any
@@ -208,33 +209,47 @@ def set_mode(agent: str, mode: str, *, user: Any = None, token: AgentToken | Non
 def propose_lesson(
     refine_pass: RefinePass, *, situation: str, mistake: str, correction: str, tags: list[str], user: Any
 ) -> Any:
-    """Persist a lesson from a pass. Until the approval queue lands this writes through
-    ``lessons.store.persist_lesson`` directly (the view requires ``lessonboard.review_memory``)."""
-    from lessons.store import persist_lesson
+    """Stage a lesson drawn from a pass as a pending proposal in the approval queue (target ``lesson``,
+    op ``add``, human gate): a reviewer approves, edits or rejects it there, and approval writes through
+    ``lessons.store.persist_lesson``. Returns the review pass's ``RunResult``."""
+    from lessonboard.models import Workspace
+    from lessons.review.gates import human_gate
+    from lessons.review.learning import Proposed
+    from lessons.review.staging import run_review
 
     run = refine_pass.run
-    result = persist_lesson(
-        situation=situation,
-        mistake=mistake,
-        correction=correction,
-        tags=tags,
-        trigger="low_quality",
+    origin = f"refine run {run.pk} pass {refine_pass.number}"
+    item = {
+        "target": "lesson",
+        "op": "add",
+        "lesson": {
+            "situation": situation,
+            "mistake": mistake,
+            "correction": correction,
+            "trigger": "low_quality",
+            "tags": tags,
+        },
+        "rationale": f"promoted from {origin} by {user.get_username()}",
+        "score": 1.0,
+    }
+    workspace = Workspace.objects.for_slug(settings.REFINE_PROPOSAL_WORKSPACE)
+    result = run_review(
+        workspace,
+        f"Lesson proposed from {origin}.\n\nTask: {run.task}",
         agent=run.agent,
-        provenance="refine",
-        actor=f"user:{user.get_username()}",
+        proposer=lambda _summary: Proposed(items=[item], raw_output=json.dumps(item), model="refine"),
+        gate=human_gate(settings.REVIEW_THRESHOLD),
         user=user,
-        reason=f"promoted from refine run {run.pk} pass {refine_pass.number}",
     )
-    refine_pass.proposed_lesson = result.lesson
-    refine_pass.save(update_fields=["proposed_lesson"])
+    proposal = result.run.proposals.first()
     AuditEvent.record(
         "refine.propose_lesson",
         user=user,
         object_type="refine_pass",
         object_ids=[refine_pass.pk],
-        result={"lesson": result.lesson.pk, "action": result.action},
+        result={"proposal": proposal.pk if proposal else None, "status": proposal.status if proposal else "error"},
     )
-    return result
+    return proposal
 
 
 def lesson_draft(refine_pass: RefinePass) -> dict[str, str]:

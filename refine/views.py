@@ -143,15 +143,24 @@ def use_pass(request: HttpRequest, run_id: int, number: int) -> HttpResponse:
 
 
 @require_POST
-@require_perm("lessonboard.review_memory")
+@view_required
 def propose_lesson(request: HttpRequest, run_id: int, number: int) -> HttpResponse:
+    # Proposing is safe for operators and reviewers alike: the proposal waits in the approval queue
+    # until a reviewer decides it.
+    if not (request.user.has_perm("lessonboard.review_memory") or request.user.has_perm("lessonboard.operate_queue")):
+        raise PermissionDenied("needs permission lessonboard.review_memory or lessonboard.operate_queue")
     refine_pass = get_object_or_404(RefinePass, run_id=run_id, number=number)
     form = LessonProposalForm(request.POST)
     if not form.is_valid():
         messages.error(request, "The lesson needs a situation, a mistake and a correction.")
     else:
-        result = runs.propose_lesson(refine_pass, **form.cleaned_data, user=request.user)
-        messages.success(request, f"Lesson {result.lesson.pk} {result.action} from pass {number}.")
+        proposal = runs.propose_lesson(refine_pass, **form.cleaned_data, user=request.user)
+        if proposal is None:
+            messages.error(request, "The proposal could not be staged; see the audit log.")
+        else:
+            messages.success(
+                request, f"Proposal {proposal.pk} from pass {number} waits in the approval queue (Reviews)."
+            )
     return redirect(f"{reverse('refine:run', args=[run_id])}?pass={number}")
 
 

@@ -89,7 +89,10 @@ def test_it_lets_an_operator_use_another_pass_and_refuses_a_viewer(client_as, al
     assert client_as(alice).post(f"/refine/{rolled_back_run.pk}/use/7").status_code == 404
 
 
-def test_it_proposes_a_pass_as_a_lesson_for_a_reviewer_only(client_as, alice, bob, rolled_back_run):
+def test_it_proposes_a_pass_as_a_lesson_into_the_approval_queue(client_as, alice, bob, carol, rolled_back_run):
+    from lessons.review import decisions
+    from lessons.review.models import Proposal
+
     url = f"/refine/{rolled_back_run.pk}/passes/1/lesson"
     data = {
         "situation": "deploying with helm",
@@ -97,16 +100,23 @@ def test_it_proposes_a_pass_as_a_lesson_for_a_reviewer_only(client_as, alice, bo
         "correction": "use --atomic",
         "tags": "Helm, deploy",
     }
-    assert client_as(alice).post(url, data).status_code == 403
-    assert Lesson.objects.count() == 0
-    assert client_as(bob).post(url, data).status_code == 302
+    assert client_as(carol).post(url, data).status_code == 403
+    assert not Proposal.objects.exists()
+    assert client_as(alice).post(url, data).status_code == 302
+    proposal = Proposal.objects.get()
+    assert (proposal.status, proposal.target, proposal.op, proposal.workspace.slug) == (
+        "pending",
+        "lesson",
+        "add",
+        "refine",
+    )
+    assert proposal.lesson["situation"] == "deploying with helm" and proposal.agent == "coder"
+    assert Lesson.objects.count() == 0  # nothing is written before a reviewer decides
+    decisions.approve(proposal.pk, bob)
     lesson = Lesson.objects.get()
-    assert lesson.situation == "deploying with helm" and lesson.tags == ["helm", "deploy"] and lesson.agent == "coder"
-    version = lesson.versions.get()
-    assert version.actor == "user:bob" and version.reason == f"promoted from refine run {rolled_back_run.pk} pass 1"
-    assert rolled_back_run.passes.get(number=1).proposed_lesson == lesson
-    bad = client_as(bob).post(url, {"situation": ""})
-    assert bad.status_code == 302 and Lesson.objects.count() == 1
+    assert lesson.situation == "deploying with helm" and lesson.tags[:2] == ["helm", "deploy"]
+    bad = client_as(alice).post(url, {"situation": ""})
+    assert bad.status_code == 302 and Proposal.objects.count() == 1
 
 
 def test_it_sets_agent_modes_from_the_page(client_as, alice, carol):
