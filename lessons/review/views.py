@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from lessonboard.permissions import require_perm
 from lessons.content import fact_content
+from lessons.reflect.models import DocProposal
 from lessons.review import decisions, memory
 from lessons.review.models import Decision, MemoryTargetName, Proposal, ProposalStatus
 from lessons.review.nearest import Neighbour, nearest
@@ -108,6 +109,9 @@ def queue_page(request: HttpRequest) -> HttpResponse:
         "threshold": settings.REVIEW_THRESHOLD,
         "labels": TARGET_LABELS,
         "pending_count": Proposal.objects.pending().count(),
+        # Doc rewrites held by a workspace's human gate (doc reflection) wait here too; they are decided
+        # on their workspace page, which shows the per-file diffs and re-checks the snapshot on approval.
+        "doc_proposals": DocProposal.objects.pending().select_related("workspace").order_by("created_at", "id")[:50],
         "filters": {"target": request.GET.get("target", ""), "workspace": request.GET.get("workspace", "")},
         "now": timezone.now(),
         **_undo_context(request),

@@ -274,3 +274,16 @@ def test_overview_counts_pending_proposals_once_registered(stage, client_as, car
         assert "<dd>2</dd>" in page
     finally:
         overview.SECTIONS[:] = before
+
+
+def test_the_queue_lists_doc_rewrites_held_by_a_workspace_gate(client_as, bob):
+    from lessonboard.models import Workspace
+    from lessons.reflect.models import DocProposal
+
+    ws = Workspace.objects.for_slug("docs-ws")
+    doc = DocProposal.objects.create(workspace=ws, manifest={}, files={"AGENTS.md": "x"}, agent="writer")
+    body = client_as(bob).get("/reviews/").content.decode()
+    assert "Doc rewrites waiting (1)" in body
+    assert f"/workspaces/docs-ws/#proposal-{doc.pk}" in body
+    DocProposal.objects.filter(pk=doc.pk).update(status="rejected")
+    assert "Doc rewrites waiting" not in client_as(bob).get("/reviews/").content.decode()
