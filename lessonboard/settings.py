@@ -277,12 +277,13 @@ LESSONS_EMBEDDING_OPENAI_MODEL = env.text("LESSONBOARD_EMBEDDING_OPENAI_MODEL", 
 # vector(N) of the lessons table; checked against the provider at start-up (`manage.py check`).
 LESSONS_EMBEDDING_DIMENSIONS = env.integer("LESSONBOARD_EMBEDDING_DIMENSIONS", 384, minimum=1, maximum=16000)
 LESSONS_EMBEDDING_BATCH = env.integer("LESSONBOARD_EMBEDDING_BATCH", 64, minimum=1)
-# Reciprocal-rank fusion: 1/(k + rank) per branch, each branch's top N, times the branch weight.
+# Reciprocal-rank fusion: weight / (k + rank) per branch over each branch's top N. Default weights measured
+# on tests/data/retrieval_eval.jsonl (bench/bench_retrieval_eval.py): full text as a tie-breaker, tags off.
 LESSONS_RRF_K = env.integer("LESSONBOARD_RETRIEVAL_RRF_K", 60, minimum=1)
 LESSONS_RRF_DEPTH = env.integer("LESSONBOARD_RETRIEVAL_DEPTH", 20, minimum=1)
-LESSONS_WEIGHT_TEXT = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TEXT", 1.0, minimum=0.0)
+LESSONS_WEIGHT_TEXT = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TEXT", 0.05, minimum=0.0)
 LESSONS_WEIGHT_VECTOR = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_VECTOR", 1.0, minimum=0.0)
-LESSONS_WEIGHT_TAGS = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TAGS", 0.5, minimum=0.0)
+LESSONS_WEIGHT_TAGS = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TAGS", 0.0, minimum=0.0)
 # HNSW search breadth (pgvector's hnsw.ef_search) for the vector branch.
 LESSONS_HNSW_EF_SEARCH = env.integer("LESSONBOARD_RETRIEVAL_EF_SEARCH", 100, minimum=1, maximum=1000)
 # A sweep for lessons whose embed task was lost (broker down at commit time, a model switch).

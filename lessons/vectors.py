@@ -76,6 +76,7 @@ def resize_column(dimensions: int) -> None:
     """Change ``vector(N)`` (all vectors are dropped, the HNSW index rebuilt); for a provider switch."""
     table = connection.ops.quote_name(Lesson._meta.db_table)
     with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # ALTER TABLE refuses pending deferred FK checks
         cursor.execute("DROP INDEX IF EXISTS lesson_embedding_hnsw")
         cursor.execute(f"UPDATE {table} SET embedding = NULL, embedding_model = '', embedded_at = NULL")  # noqa: S608
         cursor.execute(f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({int(dimensions)})")
