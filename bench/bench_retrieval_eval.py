@@ -59,8 +59,8 @@ def main() -> None:
         print(f"three branches per query: {per_query_ms:.1f} ms (incl. query embedding)")
 
         def run(weights: retrieval.Weights, rankings: dict = rankings, ids: dict = ids) -> evaluation.Metrics:
-            def ranked(text: str) -> list[int]:
-                present = {b: rows for b, rows in rankings[text].items() if weights.of(b) > 0}
+            def ranked(phrase: str) -> list[int]:
+                present = {b: rows for b, rows in rankings[phrase].items() if weights.of(b) > 0}
                 return [pk for pk, _, _ in retrieval.fuse(present, weights, settings.LESSONS_RRF_K)]
 
             return evaluation.measure(data, ids, ranked)
