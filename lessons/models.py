@@ -67,6 +67,9 @@ class Lesson(models.Model):
     embedding = VectorField(dimensions=settings.LESSONS_EMBEDDING_DIMENSIONS, null=True, blank=True)
     embedding_model = models.CharField(max_length=200, blank=True)
     embedded_at = models.DateTimeField(null=True, blank=True)
+    # Fields of a chatcli fact we do not model (``source``, ``source_project``, unknown keys) and the
+    # original timestamp strings (nanoseconds), re-emitted on export so a round trip is lossless.
+    chatcli_extra = models.JSONField(default=dict, blank=True)
 
     objects = LessonQuerySet.as_manager()
 

@@ -433,3 +433,72 @@ def record_use(lesson_ids: Iterable[int]) -> None:
         Lesson.objects.filter(pk__in=ids).update(access_count=F("access_count") + 1, last_accessed=now)
         for lesson in Lesson.objects.filter(pk__in=ids).only("access_count", "confidence"):
             Lesson.objects.filter(pk=lesson.pk).update(score=chatcli_score(lesson.access_count, 0.0, lesson.confidence))
+
+
+@dataclass(frozen=True)
+class ImportedFact:
+    """A chatcli ``lesson`` fact as read from ``memory_index.json`` (or a lesson from a JSONL export)."""
+
+    fact_id: str
+    content: str
+    situation: str
+    mistake: str
+    correction: str
+    trigger: str
+    tags: list[str]
+    created_at: Any
+    last_accessed: Any
+    access_count: int
+    score: float
+    confidence: float
+    provenance: str
+    extra: dict[str, Any]
+
+
+@transaction.atomic
+def import_fact(
+    fact: ImportedFact, *, workspace: Workspace | None = None, actor: str = "import", user: Any = None
+) -> PersistResult:
+    """Bring a lesson in from outside keeping its id (fact id), content and access stats.
+
+    A lesson with the same fact id already here takes the higher access count, the later access and
+    the higher confidence (chatcli's merge of on-disk state, spec §11.2) — ``unchanged`` if nothing
+    moved. Near-duplicate and supersede tests do not run: an import keeps what the file says.
+    """
+    existing = Lesson.objects.select_for_update().filter(fact_id=fact.fact_id).order_by("-status", "-id").first()
+    if existing is not None:
+        changed = False
+        if fact.access_count > existing.access_count:
+            existing.access_count, changed = fact.access_count, True
+        if fact.last_accessed > existing.last_accessed:
+            existing.last_accessed, changed = fact.last_accessed, True
+        if fact.confidence > existing.confidence:
+            existing.confidence, changed = fact.confidence, True
+        if not changed:
+            return PersistResult(existing, "unchanged")
+        existing.score = max(existing.score, fact.score)
+        existing.updated_at = timezone.now()
+        existing.save()
+        record_version(existing, VersionAction.REINFORCE, actor=actor, user=user, reason="import: newer access data")
+        return PersistResult(existing, "reinforced")
+    lesson = Lesson.objects.create(
+        situation=fact.situation,
+        mistake=fact.mistake,
+        correction=fact.correction,
+        tags=list(fact.tags),
+        trigger=fact.trigger,
+        content=fact.content,
+        fact_id=fact.fact_id,
+        confidence=fact.confidence,
+        provenance=fact.provenance,
+        access_count=fact.access_count,
+        last_accessed=fact.last_accessed,
+        score=fact.score,
+        workspace=workspace,
+        created_at=fact.created_at,
+        updated_at=timezone.now(),
+        chatcli_extra=dict(fact.extra),
+    )
+    record_version(lesson, VersionAction.CREATE, actor=actor, user=user, reason="imported")
+    schedule_embedding([lesson.pk])
+    return PersistResult(lesson, "created")

@@ -19,7 +19,13 @@ def test_a_reviewer_searches_opens_edits_and_restores_a_lesson(page, live_server
         tags=["rate-limit", "429"],
         trigger="error",
     ).lesson
-    persist_lesson(situation="resolving a merge conflict", mistake="left markers", correction="grep for markers", tags=["git"], trigger="error")
+    persist_lesson(
+        situation="resolving a merge conflict",
+        mistake="left markers",
+        correction="grep for markers",
+        tags=["git"],
+        trigger="error",
+    )
     vectors.embed_pending()
 
     login(page, "bob")
@@ -51,4 +57,8 @@ def test_a_reviewer_searches_opens_edits_and_restores_a_lesson(page, live_server
     assert page.locator("#history .version").count() == 3
     lesson.refresh_from_db()
     assert lesson.correction == "back off exponentially with jitter"
-    assert list(Lesson.objects.get(pk=lesson.pk).versions.order_by("number").values_list("action", flat=True)) == ["create", "edit", "restore"]
+    assert list(Lesson.objects.get(pk=lesson.pk).versions.order_by("number").values_list("action", flat=True)) == [
+        "create",
+        "edit",
+        "restore",
+    ]
