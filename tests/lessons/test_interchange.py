@@ -158,7 +158,7 @@ def test_bad_files_are_refused_with_a_message(tmp_path):
         interchange.import_memory_index(bad)
     jsonl = tmp_path / "x.jsonl"
     jsonl.write_text('{"lesson": {"fact_id": "a"}}\n')
-    with pytest.raises(interchange.InterchangeError, match="x.jsonl:1: missing key"):
+    with pytest.raises(interchange.InterchangeError, match=r"x\.jsonl:1: missing key"):
         interchange.import_jsonl(jsonl)
     assert Lesson.objects.count() == 0
 
