@@ -137,3 +137,14 @@ def test_a_reviewer_edits_archives_restores_and_merges(client_as, bob, lesson):
 def test_the_overview_counts_lessons(client_as, carol, lesson):
     html = client_as(carol).get("/").content.decode()
     assert "Active lessons" in html and 'href="/lessons/"' in html
+
+
+def test_the_admin_lists_shows_and_archives_lessons(client_as, admin_user, lesson):
+    client = client_as(admin_user)
+    assert client.get("/admin/lessons/lesson/").status_code == 200
+    assert client.get(f"/admin/lessons/lesson/{lesson.pk}/change/").status_code == 200
+    assert client.get("/admin/lessons/lessonversion/").status_code == 200
+    response = client.post("/admin/lessons/lesson/", {"action": "archive", "_selected_action": [lesson.pk]})
+    assert response.status_code == 302
+    lesson.refresh_from_db()
+    assert lesson.status == LessonStatus.ARCHIVED and lesson.versions.filter(action="archive").exists()
