@@ -25,6 +25,7 @@ from pgvector.django import CosineDistance
 from lessonboard import llm
 from lessons import embeddings
 from lessons.content import STOP_WORDS
+from lessons.metrics import RETRIEVAL_SECONDS
 from lessons.models import Lesson, LessonStatus
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,20 @@ def hypothetical_lesson(task: str) -> str:
 
 
 def search(
+    query: str,
+    *,
+    k: int = 5,
+    filters: Filters | None = None,
+    hyde: bool = False,
+    weights: Weights | None = None,
+    branches: tuple[str, ...] = BRANCHES,
+) -> SearchResult:
+    """The top ``k`` lessons for ``query`` by reciprocal-rank fusion of the ``branches`` (see the module)."""
+    with RETRIEVAL_SECONDS.time():
+        return _search(query, k=k, filters=filters, hyde=hyde, weights=weights, branches=branches)
+
+
+def _search(
     query: str,
     *,
     k: int = 5,

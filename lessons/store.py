@@ -32,6 +32,7 @@ from lessons.content import (
     same_subject,
     significant_tokens,
 )
+from lessons.metrics import LESSONS_PERSISTED
 from lessons.models import Lesson, LessonStatus, LessonVersion, VersionAction
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,7 @@ def persist_lesson(
             version = LessonVersion.objects.filter(source_job_id=source_job_id).select_related("lesson").first()
             existing = version.lesson if version is not None else None
         if existing is not None:
+            LESSONS_PERSISTED.labels(action="unchanged").inc()
             return PersistResult(existing, "unchanged")
     content = fact_content(situation, mistake, correction, trigger)
     fid = fact_id(content)
@@ -182,6 +184,7 @@ def persist_lesson(
             reason=reason or "exact duplicate",
             source_job_id=source_job_id,
         )
+        LESSONS_PERSISTED.labels(action="reinforced").inc()
         return PersistResult(duplicate, "reinforced", similarity=1.0)
 
     superseded: Lesson | None = None
@@ -205,6 +208,7 @@ def persist_lesson(
                 reason=reason or f"near duplicate (Jaccard {similarity:.3f}) of: {content}",
                 source_job_id=source_job_id,
             )
+            LESSONS_PERSISTED.labels(action="reinforced").inc()
             return PersistResult(target, "reinforced", similarity=similarity)
         subject = next(
             (
@@ -260,9 +264,11 @@ def persist_lesson(
             reason=f"superseded by #{lesson.pk} (Jaccard {similarity:.3f}, same subject)",
         )
         schedule_embedding([lesson.pk])
+        LESSONS_PERSISTED.labels(action="superseded").inc()
         return PersistResult(lesson, "superseded", similarity=similarity, superseded=superseded)
     record_version(lesson, VersionAction.CREATE, actor=actor, user=user, reason=reason)
     schedule_embedding([lesson.pk])
+    LESSONS_PERSISTED.labels(action="created").inc()
     return PersistResult(lesson, "created")
 
 

@@ -9,6 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from lessons import embeddings
+from lessons.metrics import LESSONS_EMBEDDED
 from lessons.models import Lesson
 
 
@@ -35,6 +36,7 @@ def embed_ids(lesson_ids: Iterable[int]) -> int:
                 embedding=vector.tolist(), embedding_model=provider.model_id, embedded_at=now
             )
         done += len(lessons)
+        LESSONS_EMBEDDED.labels(model=provider.model_id).inc(len(lessons))
     return done
 
 

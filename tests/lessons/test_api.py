@@ -135,3 +135,11 @@ def test_bad_retrieve_input_is_a_400_naming_the_field(api, body, field):
 def test_garbled_json_is_a_400(api):
     response = api.post("/api/v1/lessons/retrieve", raw="{nope")
     assert response.status_code == 400 and response.json()["field"] == "body"
+
+
+def test_persist_and_retrieval_are_counted_in_metrics(api, client):
+    api.post("/api/v1/lessons", {"text": "run the focused test file first"})
+    api.post("/api/v1/lessons/retrieve", {"task": "run tests"})
+    text = client.get("/metrics").content.decode()
+    assert 'lessonboard_lessons_persisted_total{action="created"}' in text
+    assert "lessonboard_lesson_retrieval_seconds_count" in text
