@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lessonboard.settings")
 os.environ["LESSONBOARD_ENV_FILE"] = ""
 
-import django  # noqa: E402
+import django
 
 django.setup()
 

@@ -284,6 +284,10 @@ LESSONS_RRF_DEPTH = env.integer("LESSONBOARD_RETRIEVAL_DEPTH", 20, minimum=1)
 LESSONS_WEIGHT_TEXT = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TEXT", 0.05, minimum=0.0)
 LESSONS_WEIGHT_VECTOR = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_VECTOR", 1.0, minimum=0.0)
 LESSONS_WEIGHT_TAGS = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TAGS", 0.0, minimum=0.0)
+# Full text on a big table: words in more than this share of lessons (planner statistics) are left out
+# of the query once the table has at least PRUNE_FROM_ROWS lessons.
+LESSONS_TEXT_COMMON_SHARE = env.number("LESSONBOARD_RETRIEVAL_COMMON_SHARE", 0.02, minimum=0.0, maximum=1.0)
+LESSONS_TEXT_PRUNE_FROM_ROWS = env.integer("LESSONBOARD_RETRIEVAL_PRUNE_FROM_ROWS", 20000, minimum=1)
 # HNSW search breadth (pgvector's hnsw.ef_search) for the vector branch.
 LESSONS_HNSW_EF_SEARCH = env.integer("LESSONBOARD_RETRIEVAL_EF_SEARCH", 100, minimum=1, maximum=1000)
 # A sweep for lessons whose embed task was lost (broker down at commit time, a model switch).

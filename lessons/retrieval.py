@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -127,11 +128,65 @@ def _tsquery_terms(terms: list[str]) -> list[str]:
     return list(parts)
 
 
+# Full text at scale: an ORed query containing a word most lessons have ("file", "error") makes
+# PostgreSQL rank a large part of the table. Once the table is big, words the planner statistics
+# (pg_stats.most_common_elems, kept by ANALYZE) find in more than LESSONS_TEXT_COMMON_SHARE of lessons
+# are left out of the query — they carry almost no ranking information anyway (BM25 would give them
+# ~0 weight) — keeping at least the rarest word. Below LESSONS_TEXT_PRUNE_FROM_ROWS lessons, nothing is.
+_STATS_TTL = 300.0
+_stats_cache: dict[str, Any] = {"at": -_STATS_TTL, "freqs": {}, "rows": 0.0}
+
+
+def reset_term_stats() -> None:
+    _stats_cache.update(at=-_STATS_TTL, freqs={}, rows=0.0)
+
+
+def _term_frequencies() -> tuple[dict[str, float], float]:
+    now = time.monotonic()
+    if now - _stats_cache["at"] > _STATS_TTL:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass('lessons_lesson')")
+            row = cursor.fetchone()
+            rows = float(row[0]) if row and row[0] else 0.0
+            freqs: dict[str, float] = {}
+            if rows >= settings.LESSONS_TEXT_PRUNE_FROM_ROWS:
+                cursor.execute(
+                    "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats "
+                    "WHERE tablename = 'lessons_lesson' AND attname = 'search_vector'"
+                )
+                stats = cursor.fetchone()
+                if stats and stats[0]:
+                    freqs = dict(zip(stats[0], stats[1], strict=False))
+        _stats_cache.update(at=now, freqs=freqs, rows=rows)
+    return _stats_cache["freqs"], _stats_cache["rows"]
+
+
+def _lexemes(words: list[str]) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", [" ".join(words)])
+        row = cursor.fetchone()
+    return sorted(row[0] or []) if row else []
+
+
+def text_terms(query: str) -> tuple[list[str], list[str]]:
+    """(lexemes searched, common lexemes left out) for the full-text branch."""
+    lexemes = _lexemes(_tsquery_terms(query_terms(query)))
+    freqs, rows = _term_frequencies()
+    if rows < settings.LESSONS_TEXT_PRUNE_FROM_ROWS or not freqs:
+        return lexemes, []
+    kept = [lex for lex in lexemes if freqs.get(lex, 0.0) <= settings.LESSONS_TEXT_COMMON_SHARE]
+    if not kept and lexemes:
+        kept = [min(lexemes, key=lambda lex: freqs.get(lex, 0.0))]
+    return kept, [lex for lex in lexemes if lex not in kept]
+
+
 def text_branch(query: str, base: Any, depth: int) -> list[tuple[int, float]]:
-    words = _tsquery_terms(query_terms(query))
-    if not words:
+    lexemes, _ = text_terms(query)
+    if not lexemes:
         return []
-    tsquery = SearchQuery(" | ".join(words), search_type="raw", config="english")
+    # The lexemes are already stemmed: 'simple' keeps them as they are; quoting keeps to_tsquery's syntax out.
+    raw = " | ".join("'" + lex.replace("'", "''") + "'" for lex in lexemes)
+    tsquery = SearchQuery(raw, search_type="raw", config="simple")
     rows = (
         base.filter(search_vector=tsquery)
         .annotate(rank=SearchRank(F("search_vector"), tsquery, cover_density=True, normalization=1))
@@ -206,9 +261,10 @@ def search(
     filters: Filters | None = None,
     hyde: bool = False,
     weights: Weights | None = None,
-    branches: tuple[str, ...] = BRANCHES,
+    branches: tuple[str, ...] | None = None,
 ) -> SearchResult:
-    """The top ``k`` lessons for ``query`` by reciprocal-rank fusion of the ``branches`` (see the module)."""
+    """The top ``k`` lessons for ``query`` by reciprocal-rank fusion of the ``branches`` (see the module).
+    ``branches=None`` runs every branch whose weight is above 0."""
     with RETRIEVAL_SECONDS.time():
         return _search(query, k=k, filters=filters, hyde=hyde, weights=weights, branches=branches)
 
@@ -220,10 +276,12 @@ def _search(
     filters: Filters | None = None,
     hyde: bool = False,
     weights: Weights | None = None,
-    branches: tuple[str, ...] = BRANCHES,
+    branches: tuple[str, ...] | None = None,
 ) -> SearchResult:
     filters = filters or Filters()
     weights = weights or Weights.from_settings()
+    if branches is None:
+        branches = tuple(b for b in BRANCHES if weights.of(b) > 0)
     depth = max(settings.LESSONS_RRF_DEPTH, k)
     base = filters.apply(Lesson.objects.all())
     explanation: dict[str, Any] = {
@@ -235,8 +293,13 @@ def _search(
         "hyde": None,
     }
     rankings: dict[str, list[tuple[int, float]]] = {}
+    explanation["branches_run"] = list(branches)
     if "text" in branches:
         rankings["text"] = text_branch(query, base, depth)
+        searched, common = text_terms(query)
+        explanation["text_terms"] = searched
+        if common:
+            explanation["common_terms_left_out"] = common
     if "tags" in branches:
         rankings["tags"] = tag_branch(query, base, depth)
     provider = embeddings.provider() if "vector" in branches else None

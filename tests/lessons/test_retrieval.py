@@ -43,7 +43,9 @@ def corpus(db):
 
 @pytest.mark.django_db
 def test_each_hit_carries_its_branch_ranks_and_the_fused_score(corpus):
-    result = retrieval.search("our script hits 429 Too Many Requests from the payments API", k=3)
+    result = retrieval.search(
+        "our script hits 429 Too Many Requests from the payments API", k=3, branches=retrieval.BRANCHES
+    )
     top = result.hits[0]
     assert top.lesson == corpus["rate"]
     assert top.branches["vector"].rank == 1 and 0 < top.branches["vector"].score <= 1
@@ -52,6 +54,8 @@ def test_each_hit_carries_its_branch_ranks_and_the_fused_score(corpus):
     assert top.score == pytest.approx(1.0 / 61 + 0.05 / 61)  # default weights: vector 1, text 0.05, tags 0
     assert result.explanation["rrf_k"] == 60 and result.explanation["hyde"] is None
     assert "429" in result.explanation["terms"]
+    assert "payment" in result.explanation["text_terms"]  # stemmed lexemes
+    assert retrieval.search("payments", k=1).explanation["branches_run"] == ["text", "vector"]  # tags weigh 0
     assert top.as_dict()["branches"]["vector"]["rank"] == 1
 
 
@@ -89,6 +93,21 @@ def test_archived_lessons_are_not_retrieved_by_default(corpus):
 
 
 @pytest.mark.django_db
+def test_common_words_are_left_out_of_the_full_text_query_of_a_big_table(corpus, settings):
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE lessons_lesson")
+    settings.LESSONS_TEXT_PRUNE_FROM_ROWS = 1  # "big" for this test
+    settings.LESSONS_TEXT_COMMON_SHARE = 0.5  # 4 lessons: "error" is in 3 of them
+    retrieval.reset_term_stats()
+    searched, common = retrieval.text_terms("error in the payments API")
+    assert "error" in common
+    assert "payment" in searched
+    assert retrieval.search("error in the payments API", k=1, branches=("text",)).hits[0].lesson == corpus["rate"]
+    retrieval.reset_term_stats()
+
+
 def test_without_an_embedder_retrieval_is_lexical_and_says_so(corpus, settings):
     settings.LESSONS_EMBEDDING_PROVIDER = "none"
     result = retrieval.search("merge conflict markers", k=3)
