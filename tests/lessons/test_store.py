@@ -2,9 +2,17 @@ import math
 
 import pytest
 
-from lessons.content import fact_content, fact_id, lesson_tags, one_line
-from lessons.models import Lesson
-from lessons.store import chatcli_score, persist_lesson
+from lessons.content import fact_content, fact_id, jaccard, lesson_tags, one_line, same_subject, significant_tokens
+from lessons.models import Lesson, LessonStatus, LessonVersion
+from lessons.store import (
+    chatcli_score,
+    edit_lesson,
+    merge_lessons,
+    persist_lesson,
+    persist_manual,
+    restore_version,
+    set_status,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -50,9 +58,6 @@ def test_an_exact_duplicate_reinforces():
 
 
 # --- chatcli's near-duplicate and supersede rules (spec §11.3, §19.5) ---------------------------------
-from lessons.content import jaccard, same_subject, significant_tokens  # noqa: E402
-from lessons.models import LessonStatus, LessonVersion  # noqa: E402
-from lessons.store import edit_lesson, merge_lessons, persist_manual, restore_version, set_status  # noqa: E402
 
 # 20 significant tokens: lesson, edit, alpha … golf, mistake, india, juliet, kilo, correction, lima … oscar, trigger, error
 BASE = dict(
