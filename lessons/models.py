@@ -7,9 +7,11 @@ from typing import Any
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from pgvector.django import HnswIndex, VectorField
 
 from lessonboard.models import Workspace
 
@@ -23,6 +25,10 @@ class LessonStatus(models.TextChoices):
 class LessonQuerySet(models.QuerySet["Lesson"]):
     def active(self) -> LessonQuerySet:
         return self.filter(status=LessonStatus.ACTIVE)
+
+    def needing_embedding(self, model_id: str) -> LessonQuerySet:
+        """Lessons without a vector from ``model_id`` (never embedded, edited since, or another model's)."""
+        return self.filter(Q(embedding__isnull=True) | ~Q(embedding_model=model_id))
 
 
 class Lesson(models.Model):
@@ -48,6 +54,22 @@ class Lesson(models.Model):
     superseded_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # Full-text branch of retrieval: kept by PostgreSQL itself (a stored generated column).
+    search_vector = models.GeneratedField(
+        expression=SearchVector("situation", weight="A", config="english")
+        + SearchVector("correction", weight="B", config="english")
+        + SearchVector("mistake", "trigger", weight="C", config="english"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    # Vector branch: the embedding of ``embedding_text()`` by ``embedding_model`` (NULL until the
+    # ``embed`` task has run). The dimension is a setting, checked against the provider at start-up.
+    embedding = VectorField(dimensions=settings.LESSONS_EMBEDDING_DIMENSIONS, null=True, blank=True)
+    embedding_model = models.CharField(max_length=200, blank=True)
+    embedded_at = models.DateTimeField(null=True, blank=True)
+    # Fields of a chatcli fact we do not model (``source``, ``source_project``, unknown keys) and the
+    # original timestamp strings (nanoseconds), re-emitted on export so a round trip is lossless.
+    chatcli_extra = models.JSONField(default=dict, blank=True)
 
     objects = LessonQuerySet.as_manager()
 
@@ -59,10 +81,28 @@ class Lesson(models.Model):
             ),
             models.CheckConstraint(condition=Q(status__in=LessonStatus.values), name="lesson_status_valid"),
         ]
-        indexes = [GinIndex(fields=["tags"], name="lesson_tags_gin"), models.Index(fields=["status", "-created_at"])]
+        indexes = [
+            GinIndex(fields=["tags"], name="lesson_tags_gin"),
+            models.Index(fields=["status", "-created_at"]),
+            GinIndex(fields=["search_vector"], name="lesson_search_gin"),
+            HnswIndex(
+                name="lesson_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.situation[:60]}"
+
+    def embedding_text(self) -> str:
+        """What gets embedded: the lesson's words without chatcli's line labels, tags last."""
+        parts = [self.situation, self.mistake, self.correction]
+        if self.tags:
+            parts.append(" ".join(t for t in self.tags if t != "reflexion" and not t.startswith("trigger:")))
+        return "\n".join(p for p in parts if p.strip())
 
     def snapshot(self) -> dict[str, Any]:
         """The versioned fields, as stored in ``LessonVersion.snapshot``."""
@@ -103,6 +143,8 @@ class LessonVersion(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     reason = models.TextField(blank=True)
+    # The queue job whose lesson this change came from (a reinforce keeps persist_lesson idempotent).
+    source_job_id = models.CharField(max_length=64, null=True, blank=True, db_index=True)  # noqa: DJ001
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -1,24 +1,47 @@
-"""The one way lessons enter the store: ``persist_lesson``.
+"""The one way lessons enter and change in the store: ``persist_lesson`` and the curation functions.
 
 Callers: the queue (one DB transaction with the job's state), manual lessons, imports, approved proposals.
 The dedup rules of chatcli (exact duplicate / near duplicate → reinforce; same-subject overlap →
-supersede, spec §11.3) live here; every change writes a ``LessonVersion``.
+supersede, spec §11.3) live here; every change writes a ``LessonVersion`` so any of it can be undone.
+Lessons whose embedded text changed are queued for the ``embed`` worker after the transaction commits.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from django.conf import settings
+from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from lessonboard.models import Workspace
-from lessons.content import fact_content, fact_id
+from lessons.content import (
+    MANUAL_MISTAKE,
+    MANUAL_TAGS,
+    REINFORCE_JACCARD,
+    SUPERSEDE_JACCARD,
+    fact_content,
+    fact_id,
+    jaccard,
+    same_subject,
+    significant_tokens,
+)
+from lessons.metrics import LESSONS_PERSISTED
 from lessons.models import Lesson, LessonStatus, LessonVersion, VersionAction
 
+log = logging.getLogger(__name__)
+
 HALF_LIFE_DAYS = 30.0
+# How many full-text candidates the near-duplicate test compares token by token.
+NEAR_DUPLICATE_CANDIDATES = 200
+# Words every lesson's content has (chatcli's line labels): useless for finding candidates.
+_LABEL_TOKENS = frozenset({"lesson", "mistake", "correction", "trigger"})
 
 Action = Literal["created", "reinforced", "superseded", "unchanged"]
 
@@ -27,6 +50,9 @@ Action = Literal["created", "reinforced", "superseded", "unchanged"]
 class PersistResult:
     lesson: Lesson
     action: Action
+    # For "reinforced" by near duplicate and "superseded": the Jaccard similarity that decided it.
+    similarity: float | None = None
+    superseded: Lesson | None = None
 
 
 def chatcli_score(access_count: int, days_since_access: float, confidence: float) -> float:
@@ -34,7 +60,15 @@ def chatcli_score(access_count: int, days_since_access: float, confidence: float
     return (1 + math.log(1 + access_count)) * 2 ** (-days_since_access / HALF_LIFE_DAYS) * (0.5 + confidence)
 
 
-def record_version(lesson: Lesson, action: str, *, actor: str, reason: str = "", user: Any = None) -> LessonVersion:
+def record_version(
+    lesson: Lesson,
+    action: str,
+    *,
+    actor: str,
+    reason: str = "",
+    user: Any = None,
+    source_job_id: str | None = None,
+) -> LessonVersion:
     last = lesson.versions.order_by("-number").values_list("number", flat=True).first() or 0
     return LessonVersion.objects.create(
         lesson=lesson,
@@ -44,6 +78,56 @@ def record_version(lesson: Lesson, action: str, *, actor: str, reason: str = "",
         actor=actor,
         actor_user=user if user is not None and getattr(user, "is_authenticated", False) else None,
         reason=reason,
+        source_job_id=source_job_id or None,
+    )
+
+
+def schedule_embedding(lesson_ids: Iterable[int]) -> None:
+    """Queue the ``embed`` task for these lessons once the current transaction commits.
+
+    A broker that is down loses nothing: the lessons keep a NULL vector, which the periodic
+    ``embed_missing`` sweep and ``manage.py lessons reembed`` fill in.
+    """
+    ids = sorted(set(lesson_ids))
+    if not ids or settings.LESSONS_EMBEDDING_PROVIDER == "none":
+        return
+
+    def send() -> None:
+        from lessons.tasks import embed_lessons
+
+        try:
+            embed_lessons.delay(ids)
+        except Exception:  # the broker being down must not fail the caller's committed work
+            log.warning("lessons: could not queue embedding for %s; the sweep will pick them up", ids, exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def _reinforce(lesson: Lesson, confidence: float, *, now: Any) -> None:
+    lesson.access_count += 1
+    lesson.last_accessed = now
+    lesson.confidence = min(1.0, max(lesson.confidence, confidence) + 0.05)
+    lesson.score = chatcli_score(lesson.access_count, 0.0, lesson.confidence)
+    lesson.updated_at = now
+    lesson.save(update_fields=["access_count", "last_accessed", "confidence", "score", "updated_at"])
+
+
+def _near_duplicate_candidates(tokens: list[str], workspace: Workspace | None) -> list[Lesson]:
+    """Active lessons of the same workspace sharing words with ``tokens``, best full-text match first.
+
+    chatcli compares with every fact; a table of a million lessons cannot, so PostgreSQL's full-text
+    index picks the ``NEAR_DUPLICATE_CANDIDATES`` lessons sharing the most words (a lesson with
+    Jaccard ≥ 0.5 shares at least half of the words, so it ranks near the top).
+    """
+    words = sorted({t for t in tokens if t not in _LABEL_TOKENS})
+    if not words:
+        return []
+    query = SearchQuery(" | ".join(words), search_type="raw", config="english")
+    return list(
+        Lesson.objects.active()
+        .filter(category="lesson", workspace=workspace, search_vector=query)
+        .annotate(match=SearchRank(F("search_vector"), query))
+        .order_by("-match", "-id")[:NEAR_DUPLICATE_CANDIDATES]
     )
 
 
@@ -63,30 +147,83 @@ def persist_lesson(
     actor: str = "system",
     user: Any = None,
     reason: str = "",
+    dedupe: bool = True,
 ) -> PersistResult:
-    """Store a lesson, or reinforce the one it duplicates. Idempotent per ``source_job_id``: persisting
-    the same job twice returns the first result's lesson with action ``unchanged``.
+    """Store a lesson, or reinforce/supersede the one it duplicates (chatcli's rules, spec §11.3):
 
-    ``tags`` are stored as given (the caller builds chatcli's tag list, e.g. with
-    ``lessons.content.lesson_tags``). Safe inside the caller's transaction.
+    - same fact id (normalised content) → reinforce it;
+    - significant-token Jaccard ≥ 0.85 with an active lesson → reinforce that one;
+    - 0.5 ≤ Jaccard < 0.85, same first two significant tokens, and confidence ≥ the old one's →
+      the old lesson becomes ``superseded`` (restorable from its history) and the new one is created
+      with provenance ``<provenance> (supersedes <old fact id>)``.
+
+    Idempotent per ``source_job_id``: persisting the same job again returns the lesson its first run
+    produced or reinforced, with action ``unchanged``. ``tags`` are stored as given (the caller builds
+    chatcli's tag list, e.g. with ``lessons.content.lesson_tags``). Safe inside the caller's transaction.
+    ``dedupe=False`` (imports that keep ids) skips the near-duplicate and supersede tests.
     """
     if source_job_id:
         existing = Lesson.objects.filter(source_job_id=source_job_id).first()
+        if existing is None:
+            version = LessonVersion.objects.filter(source_job_id=source_job_id).select_related("lesson").first()
+            existing = version.lesson if version is not None else None
         if existing is not None:
+            LESSONS_PERSISTED.labels(action="unchanged").inc()
             return PersistResult(existing, "unchanged")
     content = fact_content(situation, mistake, correction, trigger)
     fid = fact_id(content)
     now = timezone.now()
     duplicate = Lesson.objects.select_for_update().filter(fact_id=fid, status=LessonStatus.ACTIVE).first()
     if duplicate is not None:
-        duplicate.access_count += 1
-        duplicate.last_accessed = now
-        duplicate.confidence = min(1.0, max(duplicate.confidence, confidence) + 0.05)
-        duplicate.score = chatcli_score(duplicate.access_count, 0.0, duplicate.confidence)
-        duplicate.updated_at = now
-        duplicate.save(update_fields=["access_count", "last_accessed", "confidence", "score", "updated_at"])
-        record_version(duplicate, VersionAction.REINFORCE, actor=actor, user=user, reason=reason or "exact duplicate")
-        return PersistResult(duplicate, "reinforced")
+        _reinforce(duplicate, confidence, now=now)
+        record_version(
+            duplicate,
+            VersionAction.REINFORCE,
+            actor=actor,
+            user=user,
+            reason=reason or "exact duplicate",
+            source_job_id=source_job_id,
+        )
+        LESSONS_PERSISTED.labels(action="reinforced").inc()
+        return PersistResult(duplicate, "reinforced", similarity=1.0)
+
+    superseded: Lesson | None = None
+    similarity: float | None = None
+    if dedupe:
+        tokens = significant_tokens(content)
+        scored = [
+            (jaccard(tokens, significant_tokens(c.content)), c) for c in _near_duplicate_candidates(tokens, workspace)
+        ]
+        scored.sort(key=lambda pair: (-pair[0], -(pair[1].pk or 0)))
+        near = next(((j, c) for j, c in scored if j >= REINFORCE_JACCARD), None)
+        if near is not None:
+            similarity, target = near
+            target = Lesson.objects.select_for_update().get(pk=target.pk)
+            _reinforce(target, confidence, now=now)
+            record_version(
+                target,
+                VersionAction.REINFORCE,
+                actor=actor,
+                user=user,
+                reason=reason or f"near duplicate (Jaccard {similarity:.3f}) of: {content}",
+                source_job_id=source_job_id,
+            )
+            LESSONS_PERSISTED.labels(action="reinforced").inc()
+            return PersistResult(target, "reinforced", similarity=similarity)
+        subject = next(
+            (
+                (j, c)
+                for j, c in scored
+                if SUPERSEDE_JACCARD <= j < REINFORCE_JACCARD
+                and same_subject(tokens, significant_tokens(c.content))
+                and confidence >= c.confidence
+            ),
+            None,
+        )
+        if subject is not None:
+            similarity, superseded = subject
+            provenance = f"{provenance} (supersedes {superseded.fact_id})"
+
     lesson = Lesson.objects.create(
         situation=situation,
         mistake=mistake,
@@ -106,5 +243,268 @@ def persist_lesson(
         created_at=now,
         updated_at=now,
     )
+    if superseded is not None:
+        record_version(
+            lesson,
+            VersionAction.CREATE,
+            actor=actor,
+            user=user,
+            reason=reason or f"supersedes #{superseded.pk} (Jaccard {similarity:.3f}, same subject)",
+        )
+        superseded = Lesson.objects.select_for_update().get(pk=superseded.pk)
+        superseded.status = LessonStatus.SUPERSEDED
+        superseded.superseded_by = lesson
+        superseded.updated_at = now
+        superseded.save(update_fields=["status", "superseded_by", "updated_at"])
+        record_version(
+            superseded,
+            VersionAction.SUPERSEDE,
+            actor=actor,
+            user=user,
+            reason=f"superseded by #{lesson.pk} (Jaccard {similarity:.3f}, same subject)",
+        )
+        schedule_embedding([lesson.pk])
+        LESSONS_PERSISTED.labels(action="superseded").inc()
+        return PersistResult(lesson, "superseded", similarity=similarity, superseded=superseded)
     record_version(lesson, VersionAction.CREATE, actor=actor, user=user, reason=reason)
+    schedule_embedding([lesson.pk])
+    LESSONS_PERSISTED.labels(action="created").inc()
+    return PersistResult(lesson, "created")
+
+
+def persist_manual(
+    text: str,
+    *,
+    locale: str = "en",
+    workspace: Workspace | None = None,
+    agent: str = "",
+    actor: str = "system",
+    user: Any = None,
+) -> PersistResult:
+    """chatcli's ``/reflect <text>`` (spec §12.3): situation = correction = the text, a localised
+    mistake line, trigger ``manual``, tags ``reflexion, trigger:manual, user-supplied``."""
+    return persist_lesson(
+        situation=text,
+        mistake=MANUAL_MISTAKE.get(locale, MANUAL_MISTAKE["en"]),
+        correction=text,
+        tags=list(MANUAL_TAGS),
+        trigger="manual",
+        workspace=workspace,
+        agent=agent,
+        provenance="manual",
+        actor=actor,
+        user=user,
+        reason="manual lesson",
+    )
+
+
+# --- curation: every change is a version --------------------------------------------------------------
+def _apply_fields(lesson: Lesson, fields: dict[str, Any]) -> bool:
+    """Set the text fields and recompute content/fact id; True when the embedded text changed."""
+    before = lesson.embedding_text()
+    for name in ("situation", "mistake", "correction", "trigger", "confidence", "provenance"):
+        if name in fields and fields[name] is not None:
+            setattr(lesson, name, fields[name])
+    if "tags" in fields and fields["tags"] is not None:
+        lesson.tags = list(fields["tags"])
+    lesson.content = fact_content(lesson.situation, lesson.mistake, lesson.correction, lesson.trigger)
+    lesson.fact_id = fact_id(lesson.content)
+    return lesson.embedding_text() != before
+
+
+@transaction.atomic
+def edit_lesson(
+    lesson: Lesson,
+    *,
+    situation: str | None = None,
+    mistake: str | None = None,
+    correction: str | None = None,
+    tags: list[str] | None = None,
+    trigger: str | None = None,
+    confidence: float | None = None,
+    actor: str,
+    user: Any = None,
+    reason: str = "",
+) -> Lesson:
+    lesson = Lesson.objects.select_for_update().get(pk=lesson.pk)
+    changed = _apply_fields(
+        lesson,
+        {
+            "situation": situation,
+            "mistake": mistake,
+            "correction": correction,
+            "tags": tags,
+            "trigger": trigger,
+            "confidence": confidence,
+        },
+    )
+    lesson.updated_at = timezone.now()
+    lesson.save()
+    record_version(lesson, VersionAction.EDIT, actor=actor, user=user, reason=reason)
+    if changed:
+        schedule_embedding([lesson.pk])
+    return lesson
+
+
+@transaction.atomic
+def set_status(lesson: Lesson, status: str, *, actor: str, user: Any = None, reason: str = "") -> Lesson:
+    """Archive (``archived``) or bring back (``active``) a lesson."""
+    lesson = Lesson.objects.select_for_update().get(pk=lesson.pk)
+    lesson.status = status
+    if status == LessonStatus.ACTIVE:
+        lesson.superseded_by = None
+    lesson.updated_at = timezone.now()
+    lesson.save(update_fields=["status", "superseded_by", "updated_at"])
+    action = VersionAction.ARCHIVE if status == LessonStatus.ARCHIVED else VersionAction.RESTORE
+    record_version(lesson, action, actor=actor, user=user, reason=reason)
+    return lesson
+
+
+@transaction.atomic
+def restore_version(lesson: Lesson, number: int, *, actor: str, user: Any = None, reason: str = "") -> Lesson:
+    """Make the lesson what version ``number`` recorded (text, tags, confidence, status) — a new version.
+
+    Restoring a superseded lesson to an active version clears ``superseded_by``; the lesson that
+    superseded it stays as it is (archive it separately if it was wrong).
+    """
+    lesson = Lesson.objects.select_for_update().get(pk=lesson.pk)
+    version = lesson.versions.get(number=number)
+    snap = version.snapshot
+    changed = _apply_fields(lesson, snap)
+    lesson.status = snap.get("status", lesson.status)
+    if lesson.status == LessonStatus.ACTIVE:
+        lesson.superseded_by = None
+    lesson.updated_at = timezone.now()
+    lesson.save()
+    record_version(lesson, VersionAction.RESTORE, actor=actor, user=user, reason=reason or f"restored version {number}")
+    if changed:
+        schedule_embedding([lesson.pk])
+    return lesson
+
+
+@transaction.atomic
+def merge_lessons(
+    keep: Lesson,
+    other: Lesson,
+    *,
+    situation: str | None = None,
+    mistake: str | None = None,
+    correction: str | None = None,
+    tags: list[str] | None = None,
+    actor: str,
+    user: Any = None,
+    reason: str = "",
+) -> Lesson:
+    """Fold ``other`` into ``keep``: tags united, access counts added, highest confidence kept, the text
+    as given (or ``keep``'s); ``other`` becomes ``archived`` with ``superseded_by = keep``. Both get a
+    ``merge`` version, so either can be restored."""
+    if keep.pk == other.pk:
+        raise ValueError("cannot merge a lesson with itself")
+    keep = Lesson.objects.select_for_update().get(pk=keep.pk)
+    other = Lesson.objects.select_for_update().get(pk=other.pk)
+    merged_tags = tags if tags is not None else [*keep.tags, *(t for t in other.tags if t not in keep.tags)]
+    _apply_fields(
+        keep,
+        {
+            "situation": situation,
+            "mistake": mistake,
+            "correction": correction,
+            "tags": merged_tags,
+            "confidence": max(keep.confidence, other.confidence),
+        },
+    )
+    now = timezone.now()
+    keep.access_count += other.access_count
+    keep.last_accessed = max(keep.last_accessed, other.last_accessed)
+    keep.score = chatcli_score(keep.access_count, 0.0, keep.confidence)
+    keep.updated_at = now
+    keep.save()
+    record_version(keep, VersionAction.MERGE, actor=actor, user=user, reason=reason or f"merged #{other.pk} into this")
+    other.status = LessonStatus.ARCHIVED
+    other.superseded_by = keep
+    other.updated_at = now
+    other.save(update_fields=["status", "superseded_by", "updated_at"])
+    record_version(other, VersionAction.MERGE, actor=actor, user=user, reason=reason or f"merged into #{keep.pk}")
+    schedule_embedding([keep.pk])
+    return keep
+
+
+def record_use(lesson_ids: Iterable[int]) -> None:
+    """Reinforce by use (a retrieval returned them): access_count + 1, last_accessed = now, score."""
+    ids = list(lesson_ids)
+    if not ids:
+        return
+    now = timezone.now()
+    with transaction.atomic():
+        Lesson.objects.filter(pk__in=ids).update(access_count=F("access_count") + 1, last_accessed=now)
+        for lesson in Lesson.objects.filter(pk__in=ids).only("access_count", "confidence"):
+            Lesson.objects.filter(pk=lesson.pk).update(score=chatcli_score(lesson.access_count, 0.0, lesson.confidence))
+
+
+@dataclass(frozen=True)
+class ImportedFact:
+    """A chatcli ``lesson`` fact as read from ``memory_index.json`` (or a lesson from a JSONL export)."""
+
+    fact_id: str
+    content: str
+    situation: str
+    mistake: str
+    correction: str
+    trigger: str
+    tags: list[str]
+    created_at: Any
+    last_accessed: Any
+    access_count: int
+    score: float
+    confidence: float
+    provenance: str
+    extra: dict[str, Any]
+
+
+@transaction.atomic
+def import_fact(
+    fact: ImportedFact, *, workspace: Workspace | None = None, actor: str = "import", user: Any = None
+) -> PersistResult:
+    """Bring a lesson in from outside keeping its id (fact id), content and access stats.
+
+    A lesson with the same fact id already here takes the higher access count, the later access and
+    the higher confidence (chatcli's merge of on-disk state, spec §11.2) — ``unchanged`` if nothing
+    moved. Near-duplicate and supersede tests do not run: an import keeps what the file says.
+    """
+    existing = Lesson.objects.select_for_update().filter(fact_id=fact.fact_id).order_by("-status", "-id").first()
+    if existing is not None:
+        changed = False
+        if fact.access_count > existing.access_count:
+            existing.access_count, changed = fact.access_count, True
+        if fact.last_accessed > existing.last_accessed:
+            existing.last_accessed, changed = fact.last_accessed, True
+        if fact.confidence > existing.confidence:
+            existing.confidence, changed = fact.confidence, True
+        if not changed:
+            return PersistResult(existing, "unchanged")
+        existing.score = max(existing.score, fact.score)
+        existing.updated_at = timezone.now()
+        existing.save()
+        record_version(existing, VersionAction.REINFORCE, actor=actor, user=user, reason="import: newer access data")
+        return PersistResult(existing, "reinforced")
+    lesson = Lesson.objects.create(
+        situation=fact.situation,
+        mistake=fact.mistake,
+        correction=fact.correction,
+        tags=list(fact.tags),
+        trigger=fact.trigger,
+        content=fact.content,
+        fact_id=fact.fact_id,
+        confidence=fact.confidence,
+        provenance=fact.provenance,
+        access_count=fact.access_count,
+        last_accessed=fact.last_accessed,
+        score=fact.score,
+        workspace=workspace,
+        created_at=fact.created_at,
+        updated_at=timezone.now(),
+        chatcli_extra=dict(fact.extra),
+    )
+    record_version(lesson, VersionAction.CREATE, actor=actor, user=user, reason="imported")
+    schedule_embedding([lesson.pk])
     return PersistResult(lesson, "created")

@@ -1,5 +1,17 @@
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
+
+from lessons import api_views, views
 
 app_name = "lessons"
 
-urlpatterns: list[URLPattern | URLResolver] = []
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("api/v1/lessons", api_views.create_lesson, name="api-create"),
+    path("api/v1/lessons/retrieve", api_views.retrieve, name="api-retrieve"),
+    path("lessons/", views.search_page, name="search"),
+    path("lessons/new", views.create_page, name="create"),
+    path("lessons/merge", views.merge_page, name="merge"),
+    path("lessons/<int:pk>/", views.detail_page, name="detail"),
+    path("lessons/<int:pk>/edit", views.edit_page, name="edit"),
+    path("lessons/<int:pk>/status", views.change_status, name="status"),
+    path("lessons/<int:pk>/restore/<int:number>", views.restore, name="restore"),
+]

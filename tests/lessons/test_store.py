@@ -2,9 +2,17 @@ import math
 
 import pytest
 
-from lessons.content import fact_content, fact_id, lesson_tags, one_line
-from lessons.models import Lesson
-from lessons.store import chatcli_score, persist_lesson
+from lessons.content import fact_content, fact_id, jaccard, lesson_tags, one_line, same_subject, significant_tokens
+from lessons.models import Lesson, LessonStatus, LessonVersion
+from lessons.store import (
+    chatcli_score,
+    edit_lesson,
+    merge_lessons,
+    persist_lesson,
+    persist_manual,
+    restore_version,
+    set_status,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -47,3 +55,193 @@ def test_an_exact_duplicate_reinforces():
     assert lesson.access_count == 2
     assert lesson.confidence == pytest.approx(0.65)
     assert [v.action for v in lesson.versions.order_by("number")] == ["create", "reinforce"]
+
+
+# --- chatcli's near-duplicate and supersede rules (spec §11.3, §19.5) ---------------------------------
+
+# 20 significant tokens: lesson, edit, alpha … golf, mistake, india, juliet, kilo, correction, lima … oscar, trigger, error
+BASE = dict(
+    situation="edit alpha bravo charlie delta echo foxtrot golf",
+    mistake="india juliet kilo",
+    correction="lima mike november oscar",
+    trigger="error",
+)
+
+
+def tokens_of(**fields):
+    return significant_tokens(
+        fact_content(fields["situation"], fields["mistake"], fields["correction"], fields["trigger"])
+    )
+
+
+def persist(**fields):
+    values = {**BASE, **fields}
+    return persist_lesson(tags=[], **values)
+
+
+def test_it_tokenises_like_chatcli():
+    assert significant_tokens("LESSON: Use the Edit tool_for large files; de arquivo é ok") == [
+        "lesson",
+        "edit",
+        "tool",
+        "large",
+        "files",
+        "arquivo",
+    ]
+    assert significant_tokens("TRIGGER: low_quality") == ["trigger", "low", "quality"]
+    assert significant_tokens("ação usuário") == ["ação", "usuário"]  # only "usuario" without the accent is stopped
+
+
+def test_it_reproduces_the_spec_supersede_vector():
+    a = "LESSON: edit large file\nMISTAKE: tried to rewrite whole file\nCORRECTION: use targeted Edit\nTRIGGER: error"
+    b = a.replace("use targeted Edit", "use the Edit tool")
+    assert fact_id(a) == "1e359ac1da2e4a195fc213d2"
+    assert jaccard(significant_tokens(a), significant_tokens(b)) == pytest.approx(11 / 13)
+    assert same_subject(significant_tokens(a), significant_tokens(b))
+    old = persist_lesson(
+        situation="edit large file",
+        mistake="tried to rewrite whole file",
+        correction="use targeted Edit",
+        tags=[],
+        trigger="error",
+    ).lesson
+    result = persist_lesson(
+        situation="edit large file",
+        mistake="tried to rewrite whole file",
+        correction="use the Edit tool",
+        tags=[],
+        trigger="error",
+    )
+    assert result.action == "superseded"
+    assert result.similarity == pytest.approx(11 / 13)
+    old.refresh_from_db()
+    assert old.status == LessonStatus.SUPERSEDED and old.superseded_by == result.lesson
+    assert result.lesson.provenance == "extraction (supersedes 1e359ac1da2e4a195fc213d2)"
+    assert [v.action for v in old.versions.order_by("number")] == ["create", "supersede"]
+
+
+def test_it_reinforces_at_exactly_the_near_duplicate_threshold():
+    assert len(set(tokens_of(**BASE))) == 20
+    first = persist().lesson
+    twin = {**BASE, "correction": "oscar"}  # drops lima, mike, november: 17/20
+    assert jaccard(tokens_of(**BASE), tokens_of(**twin)) == 0.85
+    result = persist(correction="oscar", confidence=0.7)
+    assert result.action == "reinforced" and result.lesson.pk == first.pk
+    first.refresh_from_db()
+    assert first.access_count == 2 and first.confidence == pytest.approx(0.75)
+    assert first.correction == "lima mike november oscar"  # the text of the reinforced lesson stays
+    assert Lesson.objects.count() == 1
+    assert "near duplicate" in first.versions.get(number=2).reason
+
+
+def test_just_below_the_near_duplicate_threshold_a_same_subject_lesson_supersedes():
+    first = persist().lesson
+    result = persist(correction="oscar papa")  # 17/21 = 0.81
+    assert result.action == "superseded" and result.similarity == pytest.approx(17 / 21)
+    first.refresh_from_db()
+    assert first.status == LessonStatus.SUPERSEDED
+    assert Lesson.objects.active().get() == result.lesson
+
+
+def test_at_exactly_half_overlap_it_supersedes_and_just_below_it_adds():
+    first = persist().lesson
+    half = dict(situation="edit alpha delta", mistake="bravo", correction="charlie", trigger="error")
+    assert jaccard(tokens_of(**BASE), tokens_of(**half)) == 0.5
+    assert persist(**half).action == "superseded"
+    first.refresh_from_db()
+    assert first.status == LessonStatus.SUPERSEDED
+
+
+def test_just_below_half_overlap_it_adds_a_new_lesson():
+    first = persist().lesson
+    below = dict(situation="edit alpha", mistake="bravo", correction="charlie", trigger="error")
+    assert jaccard(tokens_of(**BASE), tokens_of(**below)) == 9 / 20
+    assert persist(**below).action == "created"
+    first.refresh_from_db()
+    assert first.status == LessonStatus.ACTIVE
+
+
+def test_a_different_subject_does_not_supersede():
+    first = persist().lesson
+    reordered = persist(situation="alpha edit bravo charlie delta echo foxtrot golf", correction="oscar papa")
+    assert same_subject(tokens_of(**BASE), significant_tokens(reordered.lesson.content)) is False
+    assert reordered.action == "created"
+    first.refresh_from_db()
+    assert first.status == LessonStatus.ACTIVE
+
+
+def test_a_lower_confidence_does_not_supersede():
+    first = persist().lesson
+    weaker = persist(correction="oscar papa quebec", confidence=0.5)
+    assert weaker.action == "created"
+    first.refresh_from_db()
+    assert first.status == LessonStatus.ACTIVE
+
+
+def test_lessons_of_other_workspaces_are_not_compared():
+    from tests.factories import WorkspaceFactory
+
+    persist(workspace=WorkspaceFactory(slug="one"))
+    result = persist(correction="oscar", workspace=WorkspaceFactory(slug="two"))
+    assert result.action == "created"
+
+
+def test_a_reinforcing_job_persisted_twice_reinforces_once():
+    first = persist().lesson
+    assert persist(correction="oscar", source_job_id="job-7").action == "reinforced"
+    assert persist(correction="oscar", source_job_id="job-7").action == "unchanged"
+    first.refresh_from_db()
+    assert first.access_count == 2
+
+
+def test_a_superseded_lesson_is_restored_from_its_history():
+    old = persist().lesson
+    new = persist(correction="oscar papa").lesson
+    old.refresh_from_db()
+    assert old.status == LessonStatus.SUPERSEDED
+    restored = restore_version(old, 1, actor="user:bob")
+    assert restored.status == LessonStatus.ACTIVE and restored.superseded_by is None
+    assert [v.action for v in restored.versions.order_by("number")] == ["create", "supersede", "restore"]
+    assert restored.versions.get(number=3).reason == "restored version 1"
+    new.refresh_from_db()
+    assert new.status == LessonStatus.ACTIVE
+
+
+def test_an_edit_is_a_version_and_restore_brings_the_old_text_back():
+    lesson = persist().lesson
+    edited = edit_lesson(lesson, correction="use apply_patch", tags=["go"], actor="user:bob", reason="clearer")
+    assert edited.content.endswith("CORRECTION: use apply_patch\nTRIGGER: error")
+    assert edited.fact_id == fact_id(edited.content)
+    back = restore_version(edited, 1, actor="user:bob")
+    assert back.correction == BASE["correction"] and back.tags == []
+    assert back.fact_id == lesson.fact_id
+    assert LessonVersion.objects.filter(lesson=lesson).count() == 3
+
+
+def test_archive_and_merge_are_versions():
+    a = persist().lesson
+    b = persist_lesson(
+        situation="rate limit 429", mistake="retried at once", correction="back off", tags=["http"], trigger="error"
+    ).lesson
+    set_status(a, LessonStatus.ARCHIVED, actor="user:bob")
+    a.refresh_from_db()
+    assert a.status == LessonStatus.ARCHIVED
+    set_status(a, LessonStatus.ACTIVE, actor="user:bob")
+    kept = merge_lessons(a, b, actor="user:bob")
+    b.refresh_from_db()
+    assert b.status == LessonStatus.ARCHIVED and b.superseded_by == kept
+    assert kept.tags == ["http"] and kept.access_count == 2
+    assert [v.action for v in kept.versions.order_by("number")] == ["create", "archive", "restore", "merge"]
+
+
+def test_a_manual_lesson_has_chatclis_shape():
+    result = persist_manual("when editing large Go files use Edit, not full rewrite")
+    lesson = result.lesson
+    assert lesson.mistake == "(user-supplied lesson; no automatic mistake detection)"
+    assert lesson.situation == lesson.correction
+    assert lesson.tags == ["reflexion", "trigger:manual", "user-supplied"]
+    assert lesson.trigger == "manual" and lesson.category == "lesson"
+    again = persist_manual("when editing large Go files use Edit, not full rewrite")
+    assert again.action == "reinforced"
+    pt = persist_manual("ao editar arquivos grandes use Edit", locale="pt")
+    assert pt.lesson.mistake == "(lição fornecida pelo usuário; sem detecção automática de erro)"

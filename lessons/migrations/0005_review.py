@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('lessonboard', '0001_initial'),
-        ('lessons', '0002_reflect'),
+        ('lessons', '0004_reflect'),
     ]
 
     operations = [

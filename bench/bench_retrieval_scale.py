@@ -1,0 +1,207 @@
+"""Retrieval at scale: synthetic lessons with clustered 384-d vectors in PostgreSQL + pgvector (HNSW, cosine).
+
+For each size: bulk load (binary COPY), HNSW build time, HNSW recall@10 against exact search (numpy
+brute force over the same vectors), and latency p50/p95 of the vector branch, the full-text branch, and
+the whole hybrid ``retrieval.search`` (which also embeds the query text with the configured local model).
+
+    .venv/bin/python bench/bench_retrieval_scale.py --sizes 100000 [1000000] [--queries 200]
+
+Vectors are synthetic (cluster centre + noise, normalised) because embedding a million texts with the
+local models would take hours on this machine; texts are random lesson-like words. Prints figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+import bench_lessons_db
+
+bench_lessons_db.setup()
+
+import numpy as np  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.db import connection  # noqa: E402
+from pgvector.psycopg import register_vector  # noqa: E402
+
+from lessons import embeddings, retrieval  # noqa: E402
+from lessons.models import Lesson  # noqa: E402
+
+DIMS = settings.LESSONS_EMBEDDING_DIMENSIONS
+TOPICS = (
+    "edit large file patch rewrite timeout retry backoff rate limit 429 migration column index lock "
+    "git rebase conflict markers dependency pin version flaky test sleep poll path relative workspace "
+    "docker cache build deploy secret token encoding csv json yaml parser worker queue celery postgres"
+).split()
+MODEL_ID = embeddings.expected_model_id() or "synthetic"  # so search() uses these rows
+
+
+NOISE = 1.5  # per-vector noise norm relative to the cluster centre (--noise)
+
+
+def synthetic(n: int, rnd: np.random.Generator, centres: np.ndarray) -> np.ndarray:
+    labels = rnd.integers(0, len(centres), size=n)
+    vectors = centres[labels] + NOISE * rnd.standard_normal((n, DIMS), dtype=np.float32) / np.sqrt(DIMS)
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+
+
+def text(rnd: random.Random, words: int) -> str:
+    return " ".join(
+        rnd.choice(TOPICS) if rnd.random() < 0.15 else f"w{int(rnd.paretovariate(1.1)) % 20000}" for _ in range(words)
+    )
+
+
+def load(n: int, vectors: np.ndarray) -> float:
+    bench_lessons_db.empty_lessons()
+    rnd = random.Random(n)
+    raw = connection.connection
+    register_vector(raw)
+    start = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX IF EXISTS lesson_embedding_hnsw")
+    columns = (
+        "situation, mistake, correction, tags, trigger, content, fact_id, category, confidence, provenance, "
+        "access_count, last_accessed, score, agent, status, created_at, updated_at, embedding, embedding_model, "
+        "chatcli_extra"
+    )
+    with raw.cursor() as cur, cur.copy(f"COPY lessons_lesson ({columns}) FROM STDIN WITH (FORMAT BINARY)") as copy:
+        copy.set_types(
+            [
+                "text",
+                "text",
+                "text",
+                "varchar[]",
+                "varchar",
+                "text",
+                "varchar",
+                "varchar",
+                "float8",
+                "varchar",
+                "int4",
+                "timestamptz",
+                "float8",
+                "varchar",
+                "varchar",
+                "timestamptz",
+                "timestamptz",
+                "vector",
+                "varchar",
+                "jsonb",
+            ]
+        )
+        now = time.time()
+        from datetime import UTC, datetime
+
+        stamp = datetime.fromtimestamp(now, UTC)
+        for i in range(n):
+            situation, mistake, correction = text(rnd, 8), text(rnd, 6), text(rnd, 10)
+            content = f"LESSON: {situation}\nMISTAKE: {mistake}\nCORRECTION: {correction}\nTRIGGER: error"
+            copy.write_row(
+                (
+                    situation,
+                    mistake,
+                    correction,
+                    [rnd.choice(TOPICS), rnd.choice(TOPICS)],
+                    "error",
+                    content,
+                    f"{i:024x}",
+                    "lesson",
+                    0.6,
+                    "synthetic",
+                    1,
+                    stamp,
+                    1.86,
+                    "",
+                    "active",
+                    stamp,
+                    stamp,
+                    vectors[i],
+                    MODEL_ID,
+                    "{}",
+                )
+            )
+    raw.commit() if not raw.autocommit else None
+    return time.perf_counter() - start
+
+
+def build_index() -> float:
+    start = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute("SET maintenance_work_mem = '2GB'")
+        cursor.execute(
+            "CREATE INDEX IF NOT EXISTS lesson_embedding_hnsw ON lessons_lesson USING hnsw (embedding vector_cosine_ops) "
+            "WITH (m = 16, ef_construction = 64)"
+        )
+        cursor.execute("ANALYZE lessons_lesson")
+    return time.perf_counter() - start
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def run(n: int, queries: int) -> None:
+    rnd = np.random.default_rng(n)
+    centres = rnd.standard_normal((max(50, n // 100), DIMS), dtype=np.float32)
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    vectors = synthetic(n, rnd, centres)
+    load_s = load(n, vectors)
+    index_s = build_index()
+    ids = np.array(Lesson.objects.order_by("id").values_list("id", flat=True))
+    print(f"\n== {n:,} lessons: COPY {load_s:.1f}s, HNSW build {index_s:.1f}s (m=16, ef_construction=64)")
+    qvec = synthetic(queries, rnd, centres)
+    base = Lesson.objects.active()
+    retrieval.reset_term_stats()
+    recalls, vec_ms, text_ms = [], [], []
+    for q in qvec:
+        exact = set(ids[np.argpartition(-(vectors @ q), 10)[:10]].tolist())
+        start = time.perf_counter()
+        got = retrieval.vector_branch(q, base, 10, MODEL_ID)
+        vec_ms.append((time.perf_counter() - start) * 1000)
+        recalls.append(len(exact & {pk for pk, _ in got}) / 10)
+    prnd = random.Random(1)
+    phrases = [text(prnd, 8) for _ in range(queries)]
+    for phrase in phrases:
+        start = time.perf_counter()
+        retrieval.text_branch(phrase, base, settings.LESSONS_RRF_DEPTH)
+        text_ms.append((time.perf_counter() - start) * 1000)
+    hybrid_ms = []
+    for phrase in phrases[:50]:  # the real query embedding, HNSW over the synthetic vectors, full text
+        start = time.perf_counter()
+        retrieval.search(phrase, k=5)
+        hybrid_ms.append((time.perf_counter() - start) * 1000)
+    provider = settings.LESSONS_EMBEDDING_PROVIDER
+    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    lexical_ms = []
+    for phrase in phrases[:50]:
+        start = time.perf_counter()
+        retrieval.search(phrase, k=5)
+        lexical_ms.append((time.perf_counter() - start) * 1000)
+    settings.LESSONS_EMBEDDING_PROVIDER = provider
+    print(f"HNSW recall@10 vs exact (ef_search={settings.LESSONS_HNSW_EF_SEARCH}): {statistics.mean(recalls):.3f}")
+    print(f"vector branch (top 10):   p50 {pct(vec_ms, 50):7.1f} ms  p95 {pct(vec_ms, 95):7.1f} ms")
+    print(f"full-text branch (top 20): p50 {pct(text_ms, 50):7.1f} ms  p95 {pct(text_ms, 95):7.1f} ms")
+    print(f"search() lexical only:     p50 {pct(lexical_ms, 50):7.1f} ms  p95 {pct(lexical_ms, 95):7.1f} ms")
+    print(f"search() hybrid:           p50 {pct(hybrid_ms, 50):7.1f} ms  p95 {pct(hybrid_ms, 95):7.1f} ms", end="")
+    print(f"  (incl. the {settings.LESSONS_EMBEDDING_LOCAL_MODEL} query embedding)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--noise", type=float, default=NOISE, help="0 = tight clusters; 3+ = nearly uniform")
+    args = parser.parse_args()
+    globals()["NOISE"] = args.noise
+    print(f"synthetic vectors: {DIMS} dims, cluster centres + noise {args.noise}; {args.queries} queries")
+    for n in args.sizes:
+        run(n, args.queries)
+    bench_lessons_db.empty_lessons()
+    build_index()
+
+
+if __name__ == "__main__":
+    main()

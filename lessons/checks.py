@@ -1,0 +1,43 @@
+"""Start-up checks: the vector dimension setting must match the provider and the database column."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning
+
+
+def embedding_dimensions(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    wanted = settings.LESSONS_EMBEDDING_DIMENSIONS
+    name = settings.LESSONS_EMBEDDING_PROVIDER
+    if name == "local" and wanted != 384:
+        return [
+            Error(
+                f"LESSONBOARD_EMBEDDING_DIMENSIONS={wanted}, but the local models give 384-dimensional vectors",
+                hint="set LESSONBOARD_EMBEDDING_DIMENSIONS=384",
+                id="lessons.E001",
+            )
+        ]
+    return []
+
+
+def embedding_column(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    if not databases:
+        return []
+    from lessons.vectors import column_dimensions
+
+    try:
+        actual = column_dimensions()
+    except Exception:  # no database yet: migrate reports that itself
+        return []
+    wanted = settings.LESSONS_EMBEDDING_DIMENSIONS
+    if actual is not None and actual > 0 and actual != wanted:
+        return [
+            Warning(
+                f"the lessons embedding column is vector({actual}) but LESSONBOARD_EMBEDDING_DIMENSIONS={wanted}",
+                hint="run `manage.py lessons reembed --resize` to change the column and recompute the vectors",
+                id="lessons.W001",
+            )
+        ]
+    return []

@@ -1,0 +1,73 @@
+"""Retrieval evaluation on a JSONL set of lessons and queries (``tests/data/retrieval_eval.jsonl``).
+
+Each line is ``{"kind": "lesson", "id", "situation", "mistake", "correction", "tags", "trigger"}`` or
+``{"kind": "query", "id", "query", "relevant": [lesson ids]}``. Used by the recall test and by
+``bench/bench_retrieval_eval.py`` (which also picks the default model and branch weights).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lessons.store import persist_lesson
+
+
+@dataclass
+class EvalSet:
+    lessons: list[dict[str, Any]]
+    queries: list[dict[str, Any]]
+
+
+@dataclass
+class Metrics:
+    recall_at_1: float
+    recall_at_5: float
+    mrr: float
+
+    def line(self, label: str) -> str:
+        return f"{label:<14} recall@1={self.recall_at_1:.3f} recall@5={self.recall_at_5:.3f} MRR={self.mrr:.3f}"
+
+
+def load(path: Path) -> EvalSet:
+    lessons: list[dict[str, Any]] = []
+    queries: list[dict[str, Any]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            (lessons if row["kind"] == "lesson" else queries).append(row)
+    return EvalSet(lessons, queries)
+
+
+def store(eval_set: EvalSet) -> dict[str, int]:
+    """Persist the set's lessons through the store; returns eval id → lesson pk."""
+    ids: dict[str, int] = {}
+    for row in eval_set.lessons:
+        result = persist_lesson(
+            situation=row["situation"],
+            mistake=row["mistake"],
+            correction=row["correction"],
+            tags=row["tags"],
+            trigger=row["trigger"],
+            actor="eval",
+        )
+        ids[row["id"]] = result.lesson.pk
+    return ids
+
+
+def measure(eval_set: EvalSet, ids: dict[str, int], ranked: Callable[[str], list[int]]) -> Metrics:
+    """``ranked(query)`` → lesson pks best first. Recall@k counts the share of a query's relevant lessons
+    in its top k, averaged over queries; MRR uses the first relevant lesson's rank."""
+    r1 = r5 = rr = 0.0
+    for query in eval_set.queries:
+        relevant = {ids[i] for i in query["relevant"]}
+        got = ranked(query["query"])
+        r1 += len(relevant & set(got[:1])) / min(len(relevant), 1)
+        r5 += len(relevant & set(got[:5])) / len(relevant)
+        rank = next((n for n, pk in enumerate(got, start=1) if pk in relevant), None)
+        rr += 1.0 / rank if rank else 0.0
+    n = len(eval_set.queries)
+    return Metrics(r1 / n, r5 / n, rr / n)

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from lessons.models import LessonStatus
+
+
+def split_tags(raw: str) -> list[str]:
+    """``"Go, edit-file, ,go"`` → ``["go", "edit-file", "go"]`` (chatcli's tag normalisation, spec §9.2)."""
+    return [piece.strip().lower() for piece in raw.split(",") if piece.strip()]
+
+
+class SearchForm(forms.Form):
+    q = forms.CharField(required=False, max_length=2000, label="Task or words")
+    tags = forms.CharField(required=False, max_length=500, help_text="comma-separated; all must match")
+    trigger = forms.CharField(required=False, max_length=50)
+    workspace = forms.CharField(required=False, max_length=100)
+    agent = forms.CharField(required=False, max_length=200)
+    status = forms.ChoiceField(
+        required=False,
+        choices=[("active", "active"), ("", "any"), ("archived", "archived"), ("superseded", "superseded")],
+    )
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    similar = forms.IntegerField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "status" not in self.data:
+            self.fields["status"].initial = LessonStatus.ACTIVE
+
+
+class ManualLessonForm(forms.Form):
+    text = forms.CharField(max_length=20_000, widget=forms.Textarea(attrs={"rows": 3}), label="Lesson")
+    workspace = forms.SlugField(required=False, max_length=100)
+
+
+class LessonEditForm(forms.Form):
+    situation = forms.CharField(max_length=20_000, widget=forms.Textarea(attrs={"rows": 2}))
+    mistake = forms.CharField(required=False, max_length=20_000, widget=forms.Textarea(attrs={"rows": 2}))
+    correction = forms.CharField(max_length=20_000, widget=forms.Textarea(attrs={"rows": 2}))
+    tags = forms.CharField(required=False, max_length=2000, help_text="comma-separated")
+    trigger = forms.CharField(required=False, max_length=50)
+    confidence = forms.FloatField(min_value=0.0, max_value=1.0)
+    reason = forms.CharField(required=False, max_length=2000, help_text="why (kept in the history)")
+
+    def clean_tags(self) -> list[str]:
+        return split_tags(self.cleaned_data["tags"])
+
+
+class MergeForm(forms.Form):
+    keep = forms.IntegerField(min_value=1, label="Keep lesson #")
+    other = forms.IntegerField(min_value=1, label="Fold in lesson #")
+    reason = forms.CharField(required=False, max_length=2000)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("keep") and data.get("keep") == data.get("other"):
+            raise forms.ValidationError("pick two different lessons")
+        return data

@@ -1,0 +1,404 @@
+"""Moving lessons in and out: chatcli's ``memory_index.json`` (spec §11.2) both ways, and a JSONL dump of
+lessons with their full history.
+
+memory_index.json: lesson facts come in keeping their id, content, timestamps and access stats; other
+facts are left alone on import and preserved on export (export rewrites the lesson facts of the target
+file and keeps everything else). The file is written like chatcli writes it — a JSON array of facts,
+2-space indent, no trailing newline, sorted by score descending, via a temp file and a rename (we
+also fsync) — so importing a file and exporting onto it gives back the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils.dateparse import parse_datetime
+
+from lessonboard.models import Workspace
+from lessons.content import one_line
+from lessons.models import Lesson, LessonStatus, LessonVersion
+from lessons.store import ImportedFact, import_fact, schedule_embedding
+
+FACT_KEYS = (
+    "id",
+    "content",
+    "category",
+    "tags",
+    "created_at",
+    "last_accessed",
+    "access_count",
+    "score",
+    "source",
+    "source_project",
+    "confidence",
+    "provenance",
+)
+_OMIT_EMPTY = {"tags", "source", "source_project", "provenance"}
+_RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})$")
+_LINE = re.compile(r"^(LESSON|MISTAKE|CORRECTION|TRIGGER): ?(.*)$")
+
+
+class InterchangeError(Exception):
+    """A file that cannot be read as the format it claims to be; the message says where."""
+
+
+@dataclass
+class ImportReport:
+    created: int = 0
+    reinforced: int = 0
+    unchanged: int = 0
+    skipped_other_facts: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+# --- chatcli's timestamps ------------------------------------------------------------------------------
+def parse_time(raw: str) -> datetime:
+    """RFC 3339 with up to nanoseconds (Go's RFC3339Nano); Python keeps microseconds."""
+    match = _RFC3339.match(raw)
+    if not match:
+        raise ValueError(f"not an RFC 3339 time: {raw!r}")
+    year, month, day, hour, minute, second, frac, zone = match.groups()
+    micro = int((frac or "0")[:6].ljust(6, "0"))
+    if zone in ("Z", "z"):
+        tz = UTC
+    else:
+        sign = 1 if zone[0] == "+" else -1
+        tz = timezone(sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
+    return datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=tz)
+
+
+def format_time(value: datetime) -> str:
+    """Go's ``time.RFC3339Nano`` in the machine's local zone: fraction without trailing zeros, ``Z`` for UTC."""
+    local = value.astimezone()
+    text = local.strftime("%Y-%m-%dT%H:%M:%S")
+    if local.microsecond:
+        text += "." + f"{local.microsecond:06d}".rstrip("0")
+    offset = local.utcoffset() or timedelta(0)
+    if offset == timedelta(0):
+        return text + "Z"
+    minutes = int(offset.total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    minutes = abs(minutes)
+    return f"{text}{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def _time_field(lesson_value: datetime, raw: str | None) -> str:
+    """The original string when the value is unchanged (keeps nanoseconds and the zone), else a new one."""
+    if raw:
+        try:
+            if parse_time(raw) == lesson_value:
+                return raw
+        except ValueError:
+            pass
+    return format_time(lesson_value)
+
+
+def _number(value: float) -> float | int:
+    # Go's encoding/json writes 1.0 as 1.
+    return int(value) if float(value).is_integer() else float(value)
+
+
+# --- memory_index.json → lessons ---------------------------------------------------------------------
+def parse_lesson_content(content: str) -> tuple[str, str, str, str]:
+    """Split chatcli's four-line content into (situation, mistake, correction, trigger); a content that is
+    not in that shape becomes the situation and the correction."""
+    fields: dict[str, str] = {}
+    for line in content.split("\n"):
+        match = _LINE.match(line)
+        if match:
+            fields[match.group(1)] = match.group(2)
+    if "LESSON" not in fields:
+        text = one_line(content)
+        return text, "", text, ""
+    return fields.get("LESSON", ""), fields.get("MISTAKE", ""), fields.get("CORRECTION", ""), fields.get("TRIGGER", "")
+
+
+def _fact_to_import(fact: dict[str, Any], where: str) -> ImportedFact:
+    try:
+        fact_id = fact["id"]
+        content = fact["content"]
+        if not isinstance(fact_id, str) or not re.fullmatch(r"[0-9a-f]{24}", fact_id):
+            raise InterchangeError(f"{where}: 'id' must be 24 lowercase hex characters")
+        if not isinstance(content, str) or not content.strip():
+            raise InterchangeError(f"{where}: 'content' must be a non-empty string")
+        situation, mistake, correction, trigger = parse_lesson_content(content)
+        tags = fact.get("tags") or []
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise InterchangeError(f"{where}: 'tags' must be a list of strings")
+        created_raw, accessed_raw = fact["created_at"], fact["last_accessed"]
+        extra = {k: v for k, v in fact.items() if k not in FACT_KEYS or k in ("source", "source_project")}
+        extra["_created_at"] = created_raw
+        extra["_last_accessed"] = accessed_raw
+        extra["_keys"] = list(fact.keys())
+        return ImportedFact(
+            fact_id=fact_id,
+            content=content,
+            situation=situation,
+            mistake=mistake,
+            correction=correction,
+            trigger=trigger,
+            tags=tags,
+            created_at=parse_time(created_raw),
+            last_accessed=parse_time(accessed_raw),
+            access_count=int(fact.get("access_count", 1)),
+            score=float(fact.get("score", 0.0)),
+            confidence=float(fact.get("confidence", 0.0)),
+            provenance=str(fact.get("provenance", "")),
+            extra=extra,
+        )
+    except KeyError as exc:
+        raise InterchangeError(f"{where}: missing key {exc.args[0]!r}") from exc
+    except (TypeError, ValueError) as exc:
+        raise InterchangeError(f"{where}: {exc}") from exc
+
+
+def read_memory_index(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InterchangeError(f"{path}: no such file") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InterchangeError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        raise InterchangeError(f"{path}: expected a JSON array of fact objects")
+    return data
+
+
+def import_memory_index(path: Path, *, workspace: Workspace | None = None, actor: str = "import") -> ImportReport:
+    """Import the ``lesson`` facts of a chatcli memory_index.json (all or nothing)."""
+    facts = read_memory_index(path)
+    report = ImportReport()
+    parsed = []
+    for n, fact in enumerate(facts):
+        if fact.get("category") != "lesson":
+            report.skipped_other_facts += 1
+            continue
+        parsed.append(_fact_to_import(fact, f"{path.name}[{n}]"))
+    with transaction.atomic():
+        for item in parsed:
+            result = import_fact(item, workspace=workspace, actor=actor)
+            setattr(report, result.action, getattr(report, result.action) + 1)
+    return report
+
+
+# --- lessons → memory_index.json ---------------------------------------------------------------------
+def lesson_fact(lesson: Lesson) -> dict[str, Any]:
+    """A lesson as a chatcli fact, keys in chatcli's order, empty optional keys omitted."""
+    extra = lesson.chatcli_extra or {}
+    values: dict[str, Any] = {
+        "id": lesson.fact_id,
+        "content": lesson.content,
+        "category": lesson.category,
+        "tags": list(lesson.tags),
+        "created_at": _time_field(lesson.created_at, extra.get("_created_at")),
+        "last_accessed": _time_field(lesson.last_accessed, extra.get("_last_accessed")),
+        "access_count": lesson.access_count,
+        "score": _number(lesson.score),
+        "source": extra.get("source", ""),
+        "source_project": extra.get("source_project", ""),
+        "confidence": _number(lesson.confidence),
+        "provenance": lesson.provenance,
+    }
+    fact: dict[str, Any] = {}
+    for key in FACT_KEYS:
+        value = values[key]
+        if key in _OMIT_EMPTY and not value:
+            continue
+        if key == "confidence" and not value:
+            continue
+        fact[key] = value
+    for key, value in extra.items():  # keys chatcli may add later: kept, after the known ones
+        if not key.startswith("_") and key not in FACT_KEYS:
+            fact[key] = value
+    original = extra.get("_keys")
+    if original and set(original) == set(fact):
+        fact = {key: fact[key] for key in original}
+    return fact
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Temp file in the same directory, fsync, chmod 0600, rename, fsync the directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def export_memory_index(path: Path, lessons: Iterable[Lesson] | None = None) -> int:
+    """Write the active lessons as lesson facts into ``path``, keeping its other facts (and lesson facts
+    this board has never seen). Returns the number of lesson facts written from the board."""
+    existing = read_memory_index(path) if path.exists() else []
+    ours = list(lessons if lessons is not None else Lesson.objects.active().order_by("-score", "id"))
+    known_ids = set(Lesson.objects.values_list("fact_id", flat=True))
+    board = {lesson.fact_id: lesson_fact(lesson) for lesson in ours}
+    facts: list[dict[str, Any]] = []
+    for fact in existing:  # file order first, so equal scores keep their order (a stable sort below)
+        fid = fact.get("id")
+        if fact.get("category") != "lesson":
+            facts.append(fact)
+        elif fid in board:
+            facts.append(board.pop(fid))
+        elif fid not in known_ids:
+            facts.append(fact)  # someone else's lesson: not ours to drop
+    facts.extend(board.values())
+    facts.sort(key=lambda fact: -float(fact.get("score", 0) or 0))
+    write_atomic(path, json.dumps(facts, indent=2, ensure_ascii=False))
+    return len(ours)
+
+
+# --- JSONL with history ------------------------------------------------------------------------------
+def export_jsonl(path: Path, lessons: Iterable[Lesson] | None = None) -> int:
+    """One line per lesson (any status): the lesson and every version of it."""
+    rows = lessons if lessons is not None else Lesson.objects.select_related("workspace").order_by("id")
+    lines = []
+    for lesson in rows:
+        versions = [
+            {
+                "number": v.number,
+                "action": v.action,
+                "snapshot": v.snapshot,
+                "actor": v.actor,
+                "reason": v.reason,
+                "source_job_id": v.source_job_id,
+                "created_at": v.created_at.isoformat(),
+            }
+            for v in lesson.versions.order_by("number")
+        ]
+        lines.append(json.dumps({"lesson": _lesson_record(lesson), "versions": versions}, ensure_ascii=False))
+    write_atomic(path, "".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+def _lesson_record(lesson: Lesson) -> dict[str, Any]:
+    return {
+        "fact_id": lesson.fact_id,
+        "content": lesson.content,
+        "category": lesson.category,
+        "situation": lesson.situation,
+        "mistake": lesson.mistake,
+        "correction": lesson.correction,
+        "tags": list(lesson.tags),
+        "trigger": lesson.trigger,
+        "confidence": lesson.confidence,
+        "provenance": lesson.provenance,
+        "access_count": lesson.access_count,
+        "last_accessed": lesson.last_accessed.isoformat(),
+        "score": lesson.score,
+        "status": lesson.status,
+        "workspace": lesson.workspace.slug if lesson.workspace else None,
+        "agent": lesson.agent,
+        "source_job_id": lesson.source_job_id,
+        "created_at": lesson.created_at.isoformat(),
+        "updated_at": lesson.updated_at.isoformat(),
+        "chatcli_extra": lesson.chatcli_extra,
+    }
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise InterchangeError(f"{path}: no such file") from exc
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise InterchangeError(f"{path}:{n}: not valid JSON: {exc}") from exc
+        if not isinstance(row, dict) or not isinstance(row.get("lesson"), dict):
+            raise InterchangeError(f"{path}:{n}: expected an object with a 'lesson' object")
+        yield n, row
+
+
+def _when(value: Any, where: str) -> datetime:
+    parsed = parse_datetime(value) if isinstance(value, str) else None
+    if parsed is None:
+        raise InterchangeError(f"{where}: not a date-time: {value!r}")
+    return parsed
+
+
+def import_jsonl(path: Path, *, actor: str = "import") -> ImportReport:
+    """Recreate lessons with their history. A lesson already here (same fact id and creation time) is
+    left as it is, so importing the same file twice changes nothing."""
+    report = ImportReport()
+    rows = list(_jsonl_rows(path))
+    created: list[int] = []
+    with transaction.atomic():
+        for n, row in rows:
+            where = f"{path.name}:{n}"
+            data = row["lesson"]
+            try:
+                created_at = _when(data["created_at"], where)
+                if Lesson.objects.filter(fact_id=data["fact_id"], created_at=created_at).exists():
+                    report.unchanged += 1
+                    continue
+                status = data.get("status", LessonStatus.ACTIVE)
+                if status not in LessonStatus.values:
+                    raise InterchangeError(f"{where}: unknown status {status!r}")
+                slug = data.get("workspace")
+                lesson = Lesson.objects.create(
+                    situation=data["situation"],
+                    mistake=data.get("mistake", ""),
+                    correction=data["correction"],
+                    tags=list(data.get("tags", [])),
+                    trigger=data.get("trigger", ""),
+                    content=data["content"],
+                    fact_id=data["fact_id"],
+                    category=data.get("category", "lesson"),
+                    confidence=float(data.get("confidence", 0.6)),
+                    provenance=data.get("provenance", ""),
+                    access_count=int(data.get("access_count", 1)),
+                    last_accessed=_when(data["last_accessed"], where),
+                    score=float(data.get("score", 0.0)),
+                    status=status,
+                    workspace=Workspace.objects.for_slug(slug) if slug else None,
+                    agent=data.get("agent", ""),
+                    source_job_id=data.get("source_job_id") or None,
+                    created_at=created_at,
+                    updated_at=_when(data.get("updated_at", data["created_at"]), where),
+                    chatcli_extra=data.get("chatcli_extra") or {},
+                )
+                for version in row.get("versions", []):
+                    LessonVersion.objects.create(
+                        lesson=lesson,
+                        number=int(version["number"]),
+                        action=version["action"],
+                        snapshot=version["snapshot"],
+                        actor=version.get("actor", actor),
+                        reason=version.get("reason", ""),
+                        source_job_id=version.get("source_job_id"),
+                        created_at=_when(version["created_at"], where),
+                    )
+            except KeyError as exc:
+                raise InterchangeError(f"{where}: missing key {exc.args[0]!r}") from exc
+            except IntegrityError as exc:
+                raise InterchangeError(f"{where}: clashes with a lesson already here: {exc}") from exc
+            except (TypeError, ValueError) as exc:
+                raise InterchangeError(f"{where}: {exc}") from exc
+            report.created += 1
+            created.append(lesson.pk)
+        schedule_embedding(created)
+    return report

@@ -1,0 +1,123 @@
+"""``manage.py lessons reembed|import|export``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from lessonboard.models import AuditEvent, Workspace
+from lessons import embeddings, interchange, vectors
+from lessons.models import Lesson
+
+
+class ProgressBar:
+    """``[#####.....]  120/400  30%  55.1/s`` on one line, redrawn in place when stderr is a terminal."""
+
+    def __init__(self, stream: Any, width: int = 30) -> None:
+        self.stream = stream
+        self.width = width
+        self.started = time.monotonic()
+        self.tty = getattr(stream, "isatty", lambda: False)()
+
+    def __call__(self, done: int, total: int) -> None:
+        filled = int(self.width * done / total) if total else self.width
+        rate = done / max(time.monotonic() - self.started, 1e-9)
+        line = (
+            f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {100 * done // max(total, 1)}% {rate:.1f}/s"
+        )
+        self.stream.write(("\r" + line) if self.tty else line + "\n")
+        self.stream.flush()
+
+
+class Command(BaseCommand):
+    help = "Lessons: recompute embeddings (reembed), import/export chatcli memory_index.json or JSONL with history."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        reembed = sub.add_parser("reembed", help="embed lessons lacking a vector from the configured model")
+        reembed.add_argument("--all", action="store_true", help="recompute every lesson, not only the missing ones")
+        reembed.add_argument(
+            "--resize",
+            action="store_true",
+            help="first change the vector column to LESSONBOARD_EMBEDDING_DIMENSIONS (drops every vector)",
+        )
+        imp = sub.add_parser("import", help="import lessons from a file")
+        imp.add_argument("path", type=Path)
+        imp.add_argument(
+            "--format", choices=("memory-index", "jsonl"), default=None, help="default: from the file name"
+        )
+        imp.add_argument("--workspace", default="", help="workspace slug for imported memory_index lessons")
+        exp = sub.add_parser("export", help="export lessons to a file")
+        exp.add_argument("path", type=Path)
+        exp.add_argument(
+            "--format", choices=("memory-index", "jsonl"), default=None, help="default: from the file name"
+        )
+        exp.add_argument("--workspace", default="", help="only this workspace's lessons (memory-index)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        action = options["action"]
+        try:
+            if action == "reembed":
+                self.reembed(options)
+            elif action == "import":
+                self.import_(options)
+            else:
+                self.export(options)
+        except interchange.InterchangeError as exc:
+            raise CommandError(str(exc)) from exc
+        except embeddings.EmbeddingError as exc:
+            raise CommandError(f"embedding failed: {exc}") from exc
+
+    @staticmethod
+    def _format(options: dict[str, Any]) -> str:
+        if options["format"]:
+            return str(options["format"])
+        return "jsonl" if options["path"].suffix == ".jsonl" else "memory-index"
+
+    def reembed(self, options: dict[str, Any]) -> None:
+        if embeddings.expected_model_id() is None:
+            raise CommandError("LESSONBOARD_EMBEDDING_PROVIDER=none: there is nothing to embed with")
+        if options["resize"]:
+            vectors.resize_column(settings.LESSONS_EMBEDDING_DIMENSIONS)
+            self.stdout.write(f"embedding column is now vector({settings.LESSONS_EMBEDDING_DIMENSIONS})")
+        elif (actual := vectors.column_dimensions()) not in (None, settings.LESSONS_EMBEDDING_DIMENSIONS):
+            raise CommandError(
+                f"the column is vector({actual}) but LESSONBOARD_EMBEDDING_DIMENSIONS="
+                f"{settings.LESSONS_EMBEDDING_DIMENSIONS}; run with --resize"
+            )
+        self.stdout.write(embeddings.describe())
+        done = vectors.embed_pending(everything=options["all"], progress=ProgressBar(sys.stderr))
+        self.stdout.write(
+            f"embedded {done} lesson(s); {Lesson.objects.filter(embedding__isnull=True).count()} without a vector"
+        )
+
+    def import_(self, options: dict[str, Any]) -> None:
+        path: Path = options["path"]
+        if self._format(options) == "jsonl":
+            report = interchange.import_jsonl(path)
+        else:
+            slug = options["workspace"]
+            workspace = Workspace.objects.for_slug(slug) if slug else None
+            report = interchange.import_memory_index(path, workspace=workspace)
+        AuditEvent.record("lessons.import", object_type="lesson", result=report.__dict__, reason=str(path))
+        self.stdout.write(
+            f"imported {path}: {report.created} created, {report.reinforced} reinforced, {report.unchanged} unchanged"
+            + (f", {report.skipped_other_facts} non-lesson fact(s) left alone" if report.skipped_other_facts else "")
+        )
+
+    def export(self, options: dict[str, Any]) -> None:
+        path: Path = options["path"]
+        if self._format(options) == "jsonl":
+            count = interchange.export_jsonl(path)
+        else:
+            lessons = Lesson.objects.active().select_related("workspace").order_by("-score", "id")
+            if options["workspace"]:
+                lessons = lessons.filter(workspace__slug=options["workspace"])
+            count = interchange.export_memory_index(path, lessons)
+        AuditEvent.record("lessons.export", object_type="lesson", result={"count": count}, reason=str(path))
+        self.stdout.write(f"exported {count} lesson(s) to {path}")

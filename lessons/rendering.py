@@ -1,0 +1,44 @@
+"""How lessons look outside the database: JSON for the API and exports, chatcli's memory block."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from lessons.models import Lesson
+
+MEMORY_HEADER = "## Long-term Memory"
+
+
+def lesson_json(lesson: Lesson) -> dict[str, Any]:
+    return {
+        "id": lesson.pk,
+        "fact_id": lesson.fact_id,
+        "content": lesson.content,
+        "category": lesson.category,
+        "situation": lesson.situation,
+        "mistake": lesson.mistake,
+        "correction": lesson.correction,
+        "tags": list(lesson.tags),
+        "trigger": lesson.trigger,
+        "confidence": lesson.confidence,
+        "provenance": lesson.provenance,
+        "access_count": lesson.access_count,
+        "last_accessed": lesson.last_accessed.isoformat(),
+        "score": lesson.score,
+        "status": lesson.status,
+        "workspace": lesson.workspace.slug if lesson.workspace_id and lesson.workspace else None,
+        "agent": lesson.agent,
+        "source_job_id": lesson.source_job_id,
+        "created_at": lesson.created_at.isoformat(),
+        "updated_at": lesson.updated_at.isoformat(),
+    }
+
+
+def memory_block(lessons: Iterable[Lesson]) -> str:
+    """chatcli's retrieval rendering (spec §11.3): a header, then ``- [lesson] <content>`` per fact
+    (the content keeps its newlines). No lessons → an empty string (nothing to inject)."""
+    lines = [f"- [{lesson.category}] {lesson.content}" for lesson in lessons]
+    if not lines:
+        return ""
+    return MEMORY_HEADER + "\n" + "\n".join(lines)

@@ -1,0 +1,256 @@
+"""Lesson pages: search (HTMX live), detail with history and restore, edit, archive, merge, manual add.
+
+Looking needs ``lessonboard.view_dashboard``; every change needs ``lessonboard.review_memory`` (the
+reviewer and admin roles), checked here in the view.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from lessonboard.models import AuditEvent, Workspace
+from lessonboard.permissions import require_perm, view_required
+from lessons import embeddings, retrieval
+from lessons.forms import LessonEditForm, ManualLessonForm, MergeForm, SearchForm, split_tags
+from lessons.models import Lesson, LessonStatus, LessonVersion
+from lessons.store import edit_lesson, merge_lessons, persist_manual, restore_version, set_status
+
+EDIT_PERM = "lessonboard.review_memory"
+PAGE_SIZE = 50
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"user:{request.user.get_username()}"
+
+
+def _filters(form: SearchForm) -> retrieval.Filters:
+    data = form.cleaned_data
+    return retrieval.Filters(
+        workspace=data.get("workspace") or "",
+        tags=split_tags(data.get("tags") or ""),
+        trigger=data.get("trigger") or "",
+        agent=data.get("agent") or "",
+        status=data.get("status") or "",
+        since=data.get("since"),
+        until=data.get("until"),
+    )
+
+
+@require_GET
+@view_required
+def search_page(request: HttpRequest) -> HttpResponse:
+    form = SearchForm(request.GET)
+    hits: list[retrieval.Hit] = []
+    lessons: list[Lesson] = []
+    explanation: dict[str, Any] = {}
+    similar_to: Lesson | None = None
+    if form.is_valid():
+        filters = _filters(form)
+        query = form.cleaned_data["q"].strip()
+        similar = form.cleaned_data.get("similar")
+        if similar:
+            similar_to = Lesson.objects.filter(pk=similar).first()
+        if similar_to is not None:
+            result = retrieval.similar_to(similar_to, k=10, filters=filters)
+            hits, explanation = result.hits, result.explanation
+        elif query:
+            result = retrieval.search(query, k=20, filters=filters)
+            hits, explanation = result.hits, result.explanation
+        else:
+            lessons = list(
+                filters.apply(Lesson.objects.select_related("workspace")).order_by("-created_at", "-id")[:PAGE_SIZE]
+            )
+    context = {
+        "form": form,
+        "hits": hits,
+        "lessons": lessons,
+        "explanation": explanation,
+        "terms": explanation.get("terms", []),
+        "similar_to": similar_to,
+        "embedding_status": embeddings.describe(),
+        "lexical_only": embeddings.expected_model_id() is None,
+        "can_edit": request.user.has_perm(EDIT_PERM),
+        "manual_form": ManualLessonForm(),
+        "workspaces": Workspace.objects.order_by("slug").values_list("slug", flat=True)[:200],
+    }
+    template = "lessons/search.html#results" if request.htmx else "lessons/search.html"  # type: ignore[attr-defined]
+    return render(request, template, context)
+
+
+@require_POST
+@require_perm(EDIT_PERM)
+def create_page(request: HttpRequest) -> HttpResponse:
+    form = ManualLessonForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "The lesson needs text (and a valid workspace slug, if given).")
+        return redirect("lessons:search")
+    slug = form.cleaned_data["workspace"]
+    workspace = Workspace.objects.for_slug(slug) if slug else None
+    result = persist_manual(
+        form.cleaned_data["text"].strip(), workspace=workspace, actor=_actor(request), user=request.user
+    )
+    AuditEvent.record(
+        "lesson.create",
+        user=request.user,
+        object_type="lesson",
+        object_ids=[result.lesson.pk],
+        result={"action": result.action},
+    )
+    messages.success(request, f"lesson persisted to long-term memory (category=lesson) — {result.action}")
+    return redirect("lessons:detail", pk=result.lesson.pk)
+
+
+def _job_url(job_id: str | None) -> str | None:
+    if not job_id:
+        return None
+    for name in ("queue:job", "queue:detail"):
+        try:
+            return reverse(name, args=[job_id])
+        except NoReverseMatch:
+            continue
+    return None
+
+
+def _diff(before: dict[str, Any] | None, after: dict[str, Any]) -> list[tuple[str, str]]:
+    """Changed lines between two snapshots as ``(kind, text)``, kind in ``add``/``del``."""
+
+    def lines(snap: dict[str, Any] | None) -> list[str]:
+        if not snap:
+            return []
+        return [
+            *str(snap.get("content", "")).splitlines(),
+            f"TAGS: {', '.join(snap.get('tags', []))}",
+            f"CONFIDENCE: {snap.get('confidence')}",
+            f"STATUS: {snap.get('status')}",
+        ]
+
+    out: list[tuple[str, str]] = []
+    for line in difflib.ndiff(lines(before), lines(after)):
+        if line.startswith("+ "):
+            out.append(("add", line[2:]))
+        elif line.startswith("- "):
+            out.append(("del", line[2:]))
+    return out
+
+
+@require_GET
+@view_required
+def detail_page(request: HttpRequest, pk: int) -> HttpResponse:
+    lesson = get_object_or_404(Lesson.objects.select_related("workspace", "superseded_by"), pk=pk)
+    versions = list(lesson.versions.select_related("actor_user").order_by("number"))
+    history = []
+    previous: dict[str, Any] | None = None
+    for version in versions:
+        history.append({"version": version, "diff": _diff(previous, version.snapshot)})
+        previous = version.snapshot
+    history.reverse()
+    context = {
+        "lesson": lesson,
+        "history": history,
+        "current_number": versions[-1].number if versions else None,
+        "job_url": _job_url(lesson.source_job_id),
+        "superseding": Lesson.objects.filter(superseded_by=lesson).only("id", "situation", "status"),
+        "can_edit": request.user.has_perm(EDIT_PERM),
+        "embedding_status": embeddings.describe(),
+    }
+    return render(request, "lessons/detail.html", context)
+
+
+@require_http_methods(["GET", "POST"])
+@require_perm(EDIT_PERM)
+def edit_page(request: HttpRequest, pk: int) -> HttpResponse:
+    lesson = get_object_or_404(Lesson, pk=pk)
+    if request.method == "POST":
+        form = LessonEditForm(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            edit_lesson(
+                lesson,
+                situation=data["situation"],
+                mistake=data["mistake"],
+                correction=data["correction"],
+                tags=data["tags"],
+                trigger=data["trigger"],
+                confidence=data["confidence"],
+                actor=_actor(request),
+                user=request.user,
+                reason=data["reason"],
+            )
+            AuditEvent.record(
+                "lesson.edit", user=request.user, object_type="lesson", object_ids=[lesson.pk], reason=data["reason"]
+            )
+            messages.success(request, "Lesson saved as a new version.")
+            return redirect("lessons:detail", pk=lesson.pk)
+    else:
+        form = LessonEditForm(
+            initial={
+                "situation": lesson.situation,
+                "mistake": lesson.mistake,
+                "correction": lesson.correction,
+                "tags": ", ".join(lesson.tags),
+                "trigger": lesson.trigger,
+                "confidence": lesson.confidence,
+            }
+        )
+    return render(request, "lessons/edit.html", {"lesson": lesson, "form": form})
+
+
+@require_POST
+@require_perm(EDIT_PERM)
+def change_status(request: HttpRequest, pk: int) -> HttpResponse:
+    lesson = get_object_or_404(Lesson, pk=pk)
+    status = request.POST.get("status", "")
+    if status not in (LessonStatus.ACTIVE, LessonStatus.ARCHIVED):
+        messages.error(request, "Unknown status.")
+        return redirect("lessons:detail", pk=pk)
+    reason = request.POST.get("reason", "")[:2000]
+    set_status(lesson, status, actor=_actor(request), user=request.user, reason=reason)
+    AuditEvent.record(
+        f"lesson.{'archive' if status == LessonStatus.ARCHIVED else 'unarchive'}",
+        user=request.user,
+        object_type="lesson",
+        object_ids=[pk],
+        reason=reason,
+    )
+    messages.success(request, "Lesson archived." if status == LessonStatus.ARCHIVED else "Lesson is active again.")
+    return redirect("lessons:detail", pk=pk)
+
+
+@require_POST
+@require_perm(EDIT_PERM)
+def restore(request: HttpRequest, pk: int, number: int) -> HttpResponse:
+    lesson = get_object_or_404(Lesson, pk=pk)
+    get_object_or_404(LessonVersion, lesson=lesson, number=number)
+    restore_version(lesson, number, actor=_actor(request), user=request.user)
+    AuditEvent.record(
+        "lesson.restore", user=request.user, object_type="lesson", object_ids=[pk], result={"version": number}
+    )
+    messages.success(request, f"Version {number} restored (as a new version).")
+    return redirect("lessons:detail", pk=pk)
+
+
+@require_http_methods(["GET", "POST"])
+@require_perm(EDIT_PERM)
+def merge_page(request: HttpRequest) -> HttpResponse:
+    form = MergeForm(request.POST if request.method == "POST" else request.GET or None)
+    keep = other = None
+    if form.is_bound and form.is_valid():
+        keep = Lesson.objects.filter(pk=form.cleaned_data["keep"]).first()
+        other = Lesson.objects.filter(pk=form.cleaned_data["other"]).first()
+        if keep is None or other is None:
+            form.add_error(None, "both lessons must exist")
+        elif request.method == "POST":
+            merged = merge_lessons(
+                keep, other, actor=_actor(request), user=request.user, reason=form.cleaned_data["reason"]
+            )
+            AuditEvent.record("lesson.merge", user=request.user, object_type="lesson", object_ids=[keep.pk, other.pk])
+            messages.success(request, f"Lesson #{other.pk} merged into #{merged.pk}.")
+            return redirect("lessons:detail", pk=merged.pk)
+    return render(request, "lessons/merge.html", {"form": form, "keep": keep, "other": other})

@@ -1,0 +1,145 @@
+"""POST /api/v1/lessons and /api/v1/lessons/retrieve."""
+
+import pytest
+
+from lessonboard.models import AuditEvent
+from lessons import vectors
+from lessons.models import Lesson
+from tests.conftest import ApiClient
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_manual_lesson_takes_chatclis_manual_shape(api):
+    response = api.post(
+        "/api/v1/lessons", {"text": "when editing large Go files use Edit, not full rewrite", "workspace": "proj-a"}
+    )
+    assert response.status_code == 201
+    body = response.json()
+    assert body["action"] == "created"
+    assert body["message"] == "lesson persisted to long-term memory (category=lesson)"
+    lesson = Lesson.objects.get()
+    assert lesson.content == (
+        "LESSON: when editing large Go files use Edit, not full rewrite\n"
+        "MISTAKE: (user-supplied lesson; no automatic mistake detection)\n"
+        "CORRECTION: when editing large Go files use Edit, not full rewrite\n"
+        "TRIGGER: manual"
+    )
+    assert lesson.tags == ["reflexion", "trigger:manual", "user-supplied"]
+    assert lesson.workspace.slug == "proj-a"
+    assert AuditEvent.objects.filter(action="lesson.create", object_ids=[str(lesson.pk)]).exists()
+    again = api.post(
+        "/api/v1/lessons", {"text": "when editing large Go files use Edit, not full rewrite", "workspace": "proj-a"}
+    )
+    assert again.status_code == 200 and again.json()["action"] == "reinforced"
+
+
+def test_a_structured_lesson_is_accepted(api):
+    response = api.post(
+        "/api/v1/lessons",
+        {
+            "situation": "bulk API calls",
+            "mistake": "no backoff",
+            "correction": "back off on 429",
+            "tags": ["HTTP", "429"],
+            "trigger": "error",
+        },
+    )
+    assert response.status_code == 201
+    assert response.json()["lesson"]["tags"] == ["http", "429"]
+    assert response.json()["lesson"]["trigger"] == "error"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "situation"),
+        ({"text": ""}, "text"),
+        ({"text": 12}, "text"),
+        ({"text": "x", "workspace": "Bad Slug!"}, "workspace"),
+        ({"text": "x", "locale": "de"}, "locale"),
+        ({"situation": "s", "correction": "c", "tags": "go"}, "tags"),
+        ({"situation": "s", "correction": "c", "confidence": 3}, "confidence"),
+        ({"situation": "s"}, "correction"),
+    ],
+)
+def test_bad_lesson_input_is_a_400_naming_the_field(api, body, field):
+    response = api.post("/api/v1/lessons", body)
+    assert response.status_code == 400
+    assert response.json()["field"] == field
+    assert Lesson.objects.count() == 0
+
+
+def test_the_lesson_endpoints_need_a_full_token(agent_token):
+    ingest = ApiClient(agent_token("ingest-only", "ingest"))
+    assert ingest.post("/api/v1/lessons", {"text": "x"}).status_code == 403
+    assert ingest.post("/api/v1/lessons/retrieve", {"task": "x"}).status_code == 403
+    assert ApiClient("nope").post("/api/v1/lessons/retrieve", {"task": "x"}).status_code == 401
+    assert Lesson.objects.count() == 0
+
+
+def test_retrieve_returns_lessons_and_chatclis_memory_block_and_reinforces_by_use(api):
+    api.post(
+        "/api/v1/lessons",
+        {
+            "situation": "bulk payments API calls",
+            "mistake": "retried at once",
+            "correction": "back off on HTTP 429 with jitter",
+            "tags": ["rate-limit"],
+            "trigger": "error",
+            "workspace": "shop",
+        },
+    )
+    api.post(
+        "/api/v1/lessons",
+        {
+            "situation": "resolving merge conflicts",
+            "mistake": "left markers",
+            "correction": "grep for <<<<<<< before committing",
+            "tags": ["git"],
+            "trigger": "error",
+            "workspace": "shop",
+        },
+    )
+    vectors.embed_pending()
+    response = api.post(
+        "/api/v1/lessons/retrieve", {"task": "our job gets 429 from the payments API", "k": 1, "workspace": "shop"}
+    )
+    assert response.status_code == 200
+    body = response.json()
+    (hit,) = body["lessons"]
+    assert hit["situation"] == "bulk payments API calls"
+    assert hit["retrieval"]["branches"]["vector"]["rank"] == 1
+    assert body["memory_block"] == "## Long-term Memory\n- [lesson] " + hit["content"]
+    lesson = Lesson.objects.get(pk=hit["id"])
+    assert lesson.access_count == 2  # created (1) + this retrieval
+    other = api.post("/api/v1/lessons/retrieve", {"task": "anything", "workspace": "elsewhere"}).json()
+    assert other == {**other, "lessons": [], "memory_block": ""}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "task"),
+        ({"task": "x", "k": 0}, "k"),
+        ({"task": "x", "k": "5"}, "k"),
+        ({"task": "x", "hyde": "yes"}, "hyde"),
+        ({"task": "x", "tags": [1]}, "tags"),
+    ],
+)
+def test_bad_retrieve_input_is_a_400_naming_the_field(api, body, field):
+    response = api.post("/api/v1/lessons/retrieve", body)
+    assert response.status_code == 400 and response.json()["field"] == field
+
+
+def test_garbled_json_is_a_400(api):
+    response = api.post("/api/v1/lessons/retrieve", raw="{nope")
+    assert response.status_code == 400 and response.json()["field"] == "body"
+
+
+def test_persist_and_retrieval_are_counted_in_metrics(api, client):
+    api.post("/api/v1/lessons", {"text": "run the focused test file first"})
+    api.post("/api/v1/lessons/retrieve", {"task": "run tests"})
+    text = client.get("/metrics").content.decode()
+    assert 'lessonboard_lessons_persisted_total{action="created"}' in text
+    assert "lessonboard_lesson_retrieval_seconds_count" in text

@@ -1,0 +1,22 @@
+"""Start-up checks of the embedding dimension."""
+
+import pytest
+
+from lessons import checks
+
+
+def test_a_dimension_the_local_models_cannot_give_is_an_error(settings):
+    settings.LESSONS_EMBEDDING_PROVIDER = "local"
+    settings.LESSONS_EMBEDDING_DIMENSIONS = 768
+    (error,) = checks.embedding_dimensions()
+    assert error.id == "lessons.E001" and "384" in error.msg
+    settings.LESSONS_EMBEDDING_DIMENSIONS = 384
+    assert checks.embedding_dimensions() == []
+
+
+@pytest.mark.django_db
+def test_a_column_of_another_size_is_reported(settings):
+    assert checks.embedding_column(databases=["default"]) == []
+    settings.LESSONS_EMBEDDING_DIMENSIONS = 1536
+    (warning,) = checks.embedding_column(databases=["default"])
+    assert warning.id == "lessons.W001" and "reembed --resize" in warning.hint

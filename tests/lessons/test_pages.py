@@ -1,0 +1,150 @@
+"""Lesson pages: full and HTMX-partial responses, permissions checked in the views."""
+
+import pytest
+
+from lessons import vectors
+from lessons.models import Lesson, LessonStatus
+from lessons.store import edit_lesson, persist_lesson
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def lesson(db):
+    result = persist_lesson(
+        situation="bulk payments API calls <script>",
+        mistake="retried at once",
+        correction="back off on HTTP 429 with jitter",
+        tags=["rate-limit", "429"],
+        trigger="error",
+        source_job_id="job-abc",
+    )
+    vectors.embed_pending()
+    return result.lesson
+
+
+def test_search_page_full_and_htmx_partial(client_as, carol, lesson):
+    client = client_as(carol)
+    full = client.get("/lessons/", {"q": "payments 429"})
+    assert full.status_code == 200
+    html = full.content.decode()
+    assert "<html" in html and 'hx-trigger="input changed delay:300ms' in html
+    assert "<mark>payments</mark>" in html and "&lt;script&gt;" in html and "<script>" not in html.split("</head>")[1]
+    assert "Why found" in html and f"/lessons/{lesson.pk}/" in html
+    partial = client.get("/lessons/", {"q": "payments 429"}, headers={"HX-Request": "true"})
+    body = partial.content.decode()
+    assert partial.status_code == 200 and "<html" not in body and body.lstrip().startswith('<section id="results"')
+    assert "vector" in body  # the why-found table names the branches
+
+
+def test_search_filters_are_applied_from_the_url(client_as, carol, lesson):
+    client = client_as(carol)
+    assert f"/lessons/{lesson.pk}/" in client.get("/lessons/", {"trigger": "error"}).content.decode()
+    assert f"/lessons/{lesson.pk}/" not in client.get("/lessons/", {"trigger": "manual"}).content.decode()
+    assert f"/lessons/{lesson.pk}/" not in client.get("/lessons/", {"q": "429", "status": "archived"}).content.decode()
+    assert "Check the filters" in client.get("/lessons/", {"since": "not-a-date"}).content.decode()
+
+
+def test_find_similar_lists_the_neighbours(client_as, carol, lesson):
+    other = persist_lesson(
+        situation="calls to a rate limited API",
+        mistake="no backoff",
+        correction="honour Retry-After on 429",
+        tags=[],
+        trigger="error",
+    ).lesson
+    vectors.embed_pending()
+    html = client_as(carol).get("/lessons/", {"similar": lesson.pk}).content.decode()
+    assert "Lessons similar to" in html and f"/lessons/{other.pk}/" in html
+
+
+def test_without_embeddings_the_page_says_retrieval_is_lexical(client_as, carol, lesson, settings):
+    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    html = client_as(carol).get("/lessons/", {"q": "payments"}).content.decode()
+    assert "lexical only" in html and f"/lessons/{lesson.pk}/" in html
+
+
+def test_detail_shows_history_with_diffs_and_provenance(client_as, bob, lesson):
+    edit_lesson(lesson, correction="back off exponentially on 429", actor="user:bob", reason="sharper")
+    html = client_as(bob).get(f"/lessons/{lesson.pk}/").content.decode()
+    assert "job-abc" in html and "sharper" in html
+    assert '<li class="add">+ CORRECTION: back off exponentially on 429</li>' in html
+    assert f'action="/lessons/{lesson.pk}/restore/1"' in html
+
+
+def test_a_viewer_sees_but_cannot_change(client_as, carol, lesson):
+    client = client_as(carol)
+    html = client.get(f"/lessons/{lesson.pk}/").content.decode()
+    assert "/restore/" not in html and "/edit" not in html
+    assert client.get(f"/lessons/{lesson.pk}/edit").status_code == 403
+    assert (
+        client.post(f"/lessons/{lesson.pk}/edit", {"situation": "x", "correction": "y", "confidence": 1}).status_code
+        == 403
+    )
+    assert client.post(f"/lessons/{lesson.pk}/status", {"status": "archived"}).status_code == 403
+    assert client.post(f"/lessons/{lesson.pk}/restore/1").status_code == 403
+    assert client.post("/lessons/new", {"text": "x"}).status_code == 403
+    assert client.post("/lessons/merge", {"keep": lesson.pk, "other": lesson.pk}).status_code == 403
+    lesson.refresh_from_db()
+    assert lesson.status == LessonStatus.ACTIVE and lesson.versions.count() == 1 and Lesson.objects.count() == 1
+
+
+def test_anonymous_users_are_sent_to_login(client, lesson):
+    response = client.get("/lessons/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_a_reviewer_edits_archives_restores_and_merges(client_as, bob, lesson):
+    client = client_as(bob)
+    response = client.post(
+        f"/lessons/{lesson.pk}/edit",
+        {
+            "situation": "bulk payments API calls",
+            "mistake": "retried at once",
+            "correction": "use backoff",
+            "tags": "HTTP, 429",
+            "trigger": "error",
+            "confidence": "0.7",
+            "reason": "shorter",
+        },
+    )
+    assert response.status_code == 302
+    lesson.refresh_from_db()
+    assert lesson.correction == "use backoff" and lesson.tags == ["http", "429"] and lesson.confidence == 0.7
+    assert client.post(f"/lessons/{lesson.pk}/status", {"status": "archived"}).status_code == 302
+    lesson.refresh_from_db()
+    assert lesson.status == LessonStatus.ARCHIVED
+    assert client.post(f"/lessons/{lesson.pk}/restore/1").status_code == 302
+    lesson.refresh_from_db()
+    assert lesson.status == LessonStatus.ACTIVE and lesson.correction == "back off on HTTP 429 with jitter"
+    assert [v.action for v in lesson.versions.order_by("number")] == ["create", "edit", "archive", "restore"]
+    other = persist_lesson(
+        situation="git rebase went wrong",
+        mistake="reset --hard",
+        correction="use reflog",
+        tags=["git"],
+        trigger="error",
+    ).lesson
+    preview = client.get("/lessons/merge", {"keep": lesson.pk, "other": other.pk})
+    assert preview.status_code == 200 and "use reflog" in preview.content.decode()
+    assert client.post("/lessons/merge", {"keep": lesson.pk, "other": other.pk}).status_code == 302
+    other.refresh_from_db()
+    assert other.status == LessonStatus.ARCHIVED and other.superseded_by_id == lesson.pk
+    assert client.post("/lessons/new", {"text": "always run the focused test first"}).status_code == 302
+    assert Lesson.objects.filter(trigger="manual", situation="always run the focused test first").exists()
+
+
+def test_the_overview_counts_lessons(client_as, carol, lesson):
+    html = client_as(carol).get("/").content.decode()
+    assert "Active lessons" in html and 'href="/lessons/"' in html
+
+
+def test_the_admin_lists_shows_and_archives_lessons(client_as, admin_user, lesson):
+    client = client_as(admin_user)
+    assert client.get("/admin/lessons/lesson/").status_code == 200
+    assert client.get(f"/admin/lessons/lesson/{lesson.pk}/change/").status_code == 200
+    assert client.get("/admin/lessons/lessonversion/").status_code == 200
+    response = client.post("/admin/lessons/lesson/", {"action": "archive", "_selected_action": [lesson.pk]})
+    assert response.status_code == 302
+    lesson.refresh_from_db()
+    assert lesson.status == LessonStatus.ARCHIVED and lesson.versions.filter(action="archive").exists()

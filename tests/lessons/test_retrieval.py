@@ -1,0 +1,175 @@
+"""Hybrid retrieval: branches, filters, explanation, HyDE, and the embed task in a real worker."""
+
+import pytest
+
+from lessons import retrieval, vectors
+from lessons.models import Lesson
+from lessons.store import persist_lesson
+from tests.factories import WorkspaceFactory
+from tests.fakes.openai_server import Reply
+from tests.support.wait import wait_for
+
+
+def add(situation, correction, tags=(), trigger="error", **kw):
+    return persist_lesson(
+        situation=situation, mistake="it went wrong", correction=correction, tags=list(tags), trigger=trigger, **kw
+    ).lesson
+
+
+@pytest.fixture
+def corpus(db):
+    lessons = {
+        "rate": add(
+            "bulk calls to the payments API",
+            "retry HTTP 429 with exponential backoff and jitter",
+            ["rate-limit", "429"],
+        ),
+        "edit": add(
+            "editing a very large Go source file",
+            "use targeted patch edits instead of rewriting the file",
+            ["go", "edit-file"],
+        ),
+        "git": add("resolving a merge conflict in routes.py", "search for conflict markers before committing", ["git"]),
+        "disk": add(
+            "CI docker build writes layers",
+            "prune docker caches when ENOSPC appears",
+            ["disk", "ci"],
+            trigger="low_quality",
+        ),
+    }
+    vectors.embed_pending()
+    return lessons
+
+
+@pytest.mark.django_db
+def test_each_hit_carries_its_branch_ranks_and_the_fused_score(corpus):
+    result = retrieval.search(
+        "our script hits 429 Too Many Requests from the payments API", k=3, branches=retrieval.BRANCHES
+    )
+    top = result.hits[0]
+    assert top.lesson == corpus["rate"]
+    assert top.branches["vector"].rank == 1 and 0 < top.branches["vector"].score <= 1
+    assert top.branches["text"].rank == 1
+    assert top.branches["tags"].rank == 1 and top.branches["tags"].score == 1.0  # the tag "429"
+    assert top.score == pytest.approx(1.0 / 61 + 0.05 / 61)  # default weights: vector 1, text 0.05, tags 0
+    assert result.explanation["rrf_k"] == 60 and result.explanation["hyde"] is None
+    assert "429" in result.explanation["terms"]
+    assert "payment" in result.explanation["text_terms"]  # stemmed lexemes
+    assert retrieval.search("payments", k=1).explanation["branches_run"] == ["text", "vector"]  # tags weigh 0
+    assert top.as_dict()["branches"]["vector"]["rank"] == 1
+
+
+@pytest.mark.django_db
+def test_keyword_only_finds_an_exact_identifier(corpus):
+    result = retrieval.search("ENOSPC", k=5, branches=("text",))
+    assert [hit.lesson for hit in result.hits] == [corpus["disk"]]
+    assert set(result.hits[0].branches) == {"text"}
+
+
+@pytest.mark.django_db
+def test_filters_narrow_every_branch(corpus):
+    ws = WorkspaceFactory(slug="alpha")
+    scoped = add(
+        "bulk calls to the billing API", "back off on 429 responses", ["rate-limit"], workspace=ws, agent="bot-1"
+    )
+    vectors.embed_pending()
+    only_ws = retrieval.search("429 rate limit", k=5, filters=retrieval.Filters(workspace="alpha"))
+    assert [hit.lesson for hit in only_ws.hits] == [scoped]
+    by_trigger = retrieval.search("docker build", k=5, filters=retrieval.Filters(trigger="low_quality"))
+    assert {hit.lesson for hit in by_trigger.hits} == {corpus["disk"]}
+    by_tags = retrieval.search("anything at all", k=5, filters=retrieval.Filters(tags=["go", "edit-file"]))
+    assert [hit.lesson for hit in by_tags.hits] == [corpus["edit"]]
+    by_agent = retrieval.search("429", k=5, filters=retrieval.Filters(agent="bot-1"))
+    assert [hit.lesson for hit in by_agent.hits] == [scoped]
+
+
+@pytest.mark.django_db
+def test_archived_lessons_are_not_retrieved_by_default(corpus):
+    Lesson.objects.filter(pk=corpus["rate"].pk).update(status="archived")
+    hits = retrieval.search("HTTP 429 backoff", k=5).hits
+    assert corpus["rate"] not in [hit.lesson for hit in hits]
+    any_status = retrieval.search("HTTP 429 backoff", k=5, filters=retrieval.Filters(status="")).hits
+    assert any_status[0].lesson == corpus["rate"]
+
+
+@pytest.mark.django_db
+def test_common_words_are_left_out_of_the_full_text_query_of_a_big_table(corpus, settings):
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE lessons_lesson")
+    settings.LESSONS_TEXT_PRUNE_FROM_ROWS = 1  # "big" for this test
+    settings.LESSONS_TEXT_COMMON_SHARE = 0.5  # 4 lessons: "error" is in 3 of them
+    retrieval.reset_term_stats()
+    searched, common = retrieval.text_terms("error in the payments API")
+    assert "error" in common
+    assert "payment" in searched
+    assert retrieval.search("error in the payments API", k=1, branches=("text",)).hits[0].lesson == corpus["rate"]
+    retrieval.reset_term_stats()
+
+
+def test_without_an_embedder_retrieval_is_lexical_and_says_so(corpus, settings):
+    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    result = retrieval.search("merge conflict markers", k=3)
+    assert result.hits[0].lesson == corpus["git"]
+    assert "vector" not in result.hits[0].branches
+    assert "lexical" in result.explanation["vector"]
+
+
+@pytest.mark.django_db
+def test_hyde_embeds_the_llm_s_hypothetical_lesson_and_records_it(corpus, fake_openai):
+    hypothetical = (
+        "LESSON: many API calls in a loop\nMISTAKE: retried immediately after HTTP 429\n"
+        "CORRECTION: exponential backoff with jitter, honour Retry-After"
+    )
+    fake_openai.script(Reply(text=hypothetical))
+    task = "nightly sync job for the vendor integration"
+    plain = retrieval.search(task, k=4, branches=("vector",))
+    hyde = retrieval.search(task, k=4, hyde=True, branches=("vector",))
+    assert hyde.explanation["hyde"] == {"text": hypothetical}
+    assert hyde.explanation["embedded_text"] == hypothetical
+    assert plain.explanation["embedded_text"] == task
+    assert hyde.hits[0].lesson == corpus["rate"]
+    assert hyde.hits[0].branches["vector"].score != plain.hits[0].branches["vector"].score
+    (request,) = fake_openai.chat_requests()
+    assert task in request.json["messages"][-1]["content"]
+
+
+@pytest.mark.django_db
+def test_hyde_falls_back_to_the_query_when_the_llm_fails(corpus, fake_openai):
+    fake_openai.script(Reply(status=400, error_message="bad request"))
+    result = retrieval.search("payments API 429", k=2, hyde=True)
+    assert "error" in result.explanation["hyde"]
+    assert result.hits[0].lesson == corpus["rate"]
+
+
+@pytest.mark.django_db
+def test_the_openai_provider_embeds_through_the_gateway(db, fake_openai, settings):
+    settings.LESSONS_EMBEDDING_PROVIDER = "openai"
+    settings.LESSONS_EMBEDDING_DIMENSIONS = 64  # the fake server's hashed vectors
+    vectors.resize_column(64)
+    try:
+        lesson = add("flaky test with sleep", "poll for the condition", ["flaky-test"])
+        assert vectors.embed_pending() == 1
+        lesson.refresh_from_db()
+        assert lesson.embedding_model == "openai:text-embedding-3-small" and len(lesson.embedding) == 64
+        hits = retrieval.search("flaky test sleep", k=1).hits
+        assert hits[0].lesson == lesson and "vector" in hits[0].branches
+    finally:
+        vectors.resize_column(384)
+        assert vectors.column_dimensions() == 384
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_the_embed_task_fills_vectors_for_new_lessons(celery_worker):
+    lesson = add("deploying with unpinned dependencies", "pin every dependency", ["dependencies"])
+    assert lesson.embedding is None
+
+    def embedded():
+        lesson.refresh_from_db()
+        return lesson.embedding is not None
+
+    wait_for(embedded, timeout=60, what="the embed worker to store a vector")
+    assert len(lesson.embedding) == 384 and lesson.embedding_model.startswith("multilingual-e5-small")
+    assert lesson.embedded_at is not None
