@@ -287,9 +287,9 @@ REFINE_CACHE_SIZE = env.integer("LESSONBOARD_REFINE_CACHE_SIZE", 256)
 REFINE_CACHE_TTL_MIN = env.integer("LESSONBOARD_REFINE_CACHE_TTL_MIN", 5)
 REFINE_BREAKER_THRESHOLD = env.integer("LESSONBOARD_REFINE_BREAKER_THRESHOLD", 3)
 REFINE_BREAKER_COOLDOWN = env.duration("LESSONBOARD_REFINE_BREAKER_COOLDOWN", 30.0, minimum=0.0)
-# Where the embedding scorer's vectors come from: "llm" (the gateway's embeddings endpoint), "none", or
-# "module.path:callable" (the local embedder once the lessons app provides it); see refine/embedder.py.
-REFINE_EMBEDDER = env.text("LESSONBOARD_REFINE_EMBEDDER", "llm")
+# Where the embedding scorer's vectors come from: "local" (the lessons store's embedding provider), "llm"
+# (the gateway's embeddings endpoint), "none", or "module.path:callable"; see refine/embedder.py.
+REFINE_EMBEDDER = env.text("LESSONBOARD_REFINE_EMBEDDER", "local")
 REFINE_EMBEDDING_MODEL = env.text("LESSONBOARD_REFINE_EMBEDDING_MODEL", "text-embedding-3-small")
 REFINE_EMBED_TIMEOUT = env.duration("LESSONBOARD_REFINE_EMBED_TIMEOUT", 15.0, minimum=0.001)
 # How long POST /api/v1/refine waits for the run before answering 202 with a URL to poll.

@@ -5,10 +5,11 @@ embeds each text alone (a batch of one, spec §15.4) so a cache hit saves exactl
 
 ``LESSONBOARD_REFINE_EMBEDDER`` picks it:
 
-- ``llm`` (default): the gateway's OpenAI-compatible embeddings endpoint (``lessonboard.llm.embed``) with
+- ``local`` (default): the lessons store's configured embedding provider (``LESSONBOARD_EMBEDDING_PROVIDER``,
+  the bundled offline model unless told otherwise), so the scorer works with no network;
+- ``llm``: the gateway's OpenAI-compatible embeddings endpoint (``lessonboard.llm.embed``) with
   ``LESSONBOARD_REFINE_EMBEDDING_MODEL``;
-- ``module.path:callable``: any callable with the ``Embedder`` signature — the extension point for the
-  local offline embedder (``lessons``) once it exists;
+- ``module.path:callable``: any callable with the ``Embedder`` signature;
 - ``none``: no embedder, so the cascade has no embedding stage (as chatcli with the null provider).
 """
 
@@ -32,17 +33,32 @@ def llm_embedder(*, model: str, timeout: float) -> Embedder:
     return embed
 
 
+def local_embedder() -> Embedder:
+    def embed(texts: list[str]) -> list[list[float]]:
+        from lessons import embeddings
+
+        provider = embeddings.provider()
+        if provider is None:
+            raise embeddings.EmbeddingError("no local embedder: LESSONBOARD_EMBEDDING_PROVIDER is none")
+        # Drafts are compared with each other, symmetrically: both sides embedded as documents.
+        return [list(map(float, row)) for row in provider.embed_documents(list(texts))]
+
+    return embed
+
+
 def resolve_embedder() -> Embedder | None:
     """The configured embedder, or ``None`` when there is none (then no embedding stage at all)."""
     name = settings.REFINE_EMBEDDER
     if name in ("", "none"):
         return None
+    if name == "local":
+        return local_embedder()
     if name == "llm":
         return llm_embedder(model=settings.REFINE_EMBEDDING_MODEL, timeout=settings.REFINE_EMBED_TIMEOUT)
     module_name, _, attr = name.partition(":")
     if not module_name or not attr:
         raise ImproperlyConfigured(
-            f"LESSONBOARD_REFINE_EMBEDDER={name!r} must be 'llm', 'none' or 'module.path:callable'"
+            f"LESSONBOARD_REFINE_EMBEDDER={name!r} must be 'local', 'llm', 'none' or 'module.path:callable'"
         )
     try:
         target = getattr(importlib.import_module(module_name), attr)

@@ -1,17 +1,22 @@
 """The existing memory entries and lessons nearest to a proposal's text, with a similarity and a flag.
 
-Token Jaccard for now: one function, so it can switch to ``lessons.retrieval.search`` (vector retrieval)
-once that exists. The store itself only detects exact duplicates; these flags are hints for the reviewer.
+Candidate lessons come from the store's hybrid retrieval (``lessons.retrieval.search``: full text,
+vectors and tags fused by rank), so an old lesson that says the same thing in other words is found; each
+candidate, like each memory entry, is then scored by token Jaccard, which drives the flags shown to the
+reviewer (duplicate / near duplicate / possible contradiction / related). Hints, not decisions.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
 from lessonboard.models import Workspace
 from lessons.models import Lesson, LessonStatus
 from lessons.review import memory
+
+logger = logging.getLogger(__name__)
 
 WORD = re.compile(r"[a-z0-9_]+")
 NEGATIONS = frozenset({"not", "never", "no", "don", "dont", "doesn", "avoid", "without", "stop", "instead"})
@@ -57,11 +62,25 @@ def nearest(workspace: Workspace, text: str, *, limit: int = 3, floor: float = 0
             score = similarity(text, entry)
             if score >= floor:
                 found.append(Neighbour(target, entry, score, flag_for(text, entry, score)))
-    lessons = Lesson.objects.filter(status=LessonStatus.ACTIVE, workspace=workspace).order_by("-updated_at")[:500]
-    for lesson in lessons:
+    for lesson in candidate_lessons(workspace, text, limit=max(limit * 4, 12)):
         body = f"{lesson.situation} {lesson.mistake} {lesson.correction}"
         score = similarity(text, body)
         if score >= floor:
             found.append(Neighbour("lesson", lesson.content, score, flag_for(text, body, score), lesson.pk))
     found.sort(key=lambda n: n.similarity, reverse=True)
     return found[:limit]
+
+
+def candidate_lessons(workspace: Workspace, text: str, *, limit: int) -> list[Lesson]:
+    """The workspace's active lessons most like ``text`` by hybrid retrieval; if retrieval fails (say the
+    embedder cannot load), the most recently updated ones, so the review page still renders."""
+    from lessons.embeddings import EmbeddingError
+    from lessons.retrieval import Filters, search
+
+    try:
+        result = search(text, k=limit, filters=Filters(workspace=workspace.slug))
+        return [hit.lesson for hit in result.hits]
+    except EmbeddingError:
+        logger.warning("nearest: retrieval unavailable, falling back to recent lessons", exc_info=True)
+        active = Lesson.objects.filter(status=LessonStatus.ACTIVE, workspace=workspace)
+        return list(active.order_by("-updated_at")[:500])

@@ -163,3 +163,15 @@ def test_it_refuses_to_start_with_an_embedder_that_cannot_be_imported(settings):
     assert [e.id for e in errors] == ["refine.E001"] and "LESSONBOARD_REFINE_EMBEDDER" in errors[0].msg
     settings.REFINE_EMBEDDER = "llm"
     assert check_embedder() == []
+
+
+def test_the_default_embedder_is_the_local_offline_model(settings):
+    from refine.convergence import cosine
+    from refine.embedder import resolve_embedder
+
+    settings.REFINE_EMBEDDER = "local"
+    settings.LESSONS_EMBEDDING_PROVIDER = "local"
+    embed = resolve_embedder()
+    a, b, c = embed(["Use apply_patch for large file edits.", "Edit big files with apply_patch.", "Bake bread."])
+    assert len(a) == settings.LESSONS_EMBEDDING_DIMENSIONS
+    assert cosine(a, b) > cosine(a, c)
