@@ -22,3 +22,6 @@ urlpatterns = [
     path("", include("lessons.reflect.urls")),
     path("", include("lessons.review.urls")),
 ]
+
+handler404 = "lessonboard.views.not_found"
+handler500 = "lessonboard.views.server_error"

@@ -51,3 +51,16 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def readyz(request: HttpRequest) -> JsonResponse:
     ok, checks = health.run_checks()
     return JsonResponse({"status": "ready" if ok else "not ready", "checks": checks}, status=200 if ok else 503)
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """404: JSON under /api/ (agents parse it), the HTML page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": f"no API endpoint at {request.path}"}, status=404)
+    return render(request, "404.html", status=404)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": "internal error; it has been logged"}, status=500)
+    return render(request, "500.html", status=500)

@@ -125,3 +125,15 @@ def test_the_admin_lists_every_model(client_as, admin_user):
     client = client_as(admin_user)
     for path in ["agenttoken", "workspace", "auditevent", "workerheartbeat"]:
         assert client.get(f"/admin/lessonboard/{path}/").status_code == 200, path
+
+
+def test_unknown_api_paths_answer_json_404(client):
+    response = client.get("/api/v1/nothing-here")
+    assert response.status_code == 404
+    assert response.json() == {"error": "no API endpoint at /api/v1/nothing-here"}
+
+
+def test_unknown_pages_answer_the_html_404(client_as, carol):
+    response = client_as(carol).get("/no-such-page/")
+    assert response.status_code == 404
+    assert b"<h1>Not found</h1>" in response.content
