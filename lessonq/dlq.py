@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from lessonboard.models import AuditEvent
-from lessonq import faults
+from lessonq import faults, gojson
 from lessonq.dispatch import dispatch, publish
 from lessonq.jobid import go_trim, is_job_id
 from lessonq.models import Job, JobQuerySet, JobState
@@ -63,7 +63,7 @@ def retry(job_id: str, *, user: Any = None, actor: str = "", reason: str = "") -
         if record is None or job is None or job.state != JobState.DEAD:
             raise DLQError(f"lessonq runner: dlq entry {job_id} not found")
         now = timezone.now()
-        wal().append(record.with_retry(attempts=0, next_attempt_at=now, last_error=""))
+        wal().append(record.with_retry(attempts=0, next_attempt_at=gojson.local(now), last_error=""))
         faults.point("retry.after_wal")
         job.mark_pending_again(now=now)
         dispatched = dispatch(job, now=now)

@@ -37,10 +37,14 @@ def _sanitize(value: Any) -> Any:
 
 
 def format_time(value: datetime | None) -> str:
-    """Go's RFC3339Nano with the process-local offset (``Z`` when it is zero); ``None`` → Go's zero time."""
+    """Go's RFC3339Nano in the value's own offset (``Z`` when it is zero); ``None`` → Go's zero time.
+
+    Like a Go ``time.Time``, a value carries its zone: new records are written with process-local times
+    (``local()``), and a record read back keeps the offsets it was written with, so it re-encodes
+    byte-identically. A naive value is taken as local time."""
     if value is None or value == GO_ZERO_TIME:
         return "0001-01-01T00:00:00Z"
-    local = value.astimezone()  # the process-local zone, as Go's time.Local
+    local = value if value.tzinfo is not None else value.astimezone()
     text = f"{local.year:04d}-{local.month:02d}-{local.day:02d}T{local.hour:02d}:{local.minute:02d}:{local.second:02d}"
     if local.microsecond:
         text += ("." + f"{local.microsecond:06d}").rstrip("0")
@@ -70,3 +74,8 @@ def parse_time(text: str) -> datetime:
         delta = timedelta(hours=int(m.group(10)), minutes=int(m.group(11)))
         tz = timezone(-delta if m.group(9) == "-" else delta)
     return datetime(year, month, day, hour, minute, second, micro, tzinfo=tz)
+
+
+def local(value: datetime) -> datetime:
+    """``value`` in the process-local zone (Go's ``time.Local``), as chatcli stamps its records."""
+    return value.astimezone()

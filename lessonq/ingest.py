@@ -18,7 +18,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from lessonboard.models import AgentToken, Workspace
-from lessonq import faults, metrics
+from lessonq import faults, gojson, metrics
 from lessonq.dispatch import dispatch
 from lessonq.jobid import job_id
 from lessonq.models import DONE, Job, JobState, Trigger
@@ -122,8 +122,8 @@ def enqueue(
         attempt=request.attempt,
         outcome=request.outcome,
         trigger=request.trigger,
-        enqueued_at=now,
-        next_attempt_at=now,
+        enqueued_at=gojson.local(now),
+        next_attempt_at=gojson.local(now),
     )
     if not wal().append(record):
         metrics.ENQUEUE.labels(outcome="deduped").inc()

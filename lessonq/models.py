@@ -13,6 +13,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from lessonboard.models import AgentToken, Workspace
+from lessonq import gojson
 from lessonq.wal import WalJob
 
 
@@ -142,8 +143,8 @@ class Job(models.Model):
             attempt=self.output,
             outcome=self.outcome,
             trigger=self.trigger,
-            enqueued_at=self.enqueued_at,
-            next_attempt_at=self.next_attempt_at,
+            enqueued_at=gojson.local(self.enqueued_at),
+            next_attempt_at=gojson.local(self.next_attempt_at),
             attempts=self.attempts,
             last_error=self.last_error,
         )

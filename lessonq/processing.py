@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from lessonboard import llm
-from lessonq import faults, generation, metrics
+from lessonq import faults, generation, gojson, metrics
 from lessonq.dispatch import publish
 from lessonq.models import ACTIVE, WAITING, AttemptOutcome, Job, JobAttempt, worker_identity
 from lessonq.paths import dlq, wal
@@ -154,7 +154,7 @@ def retry_or_dead(job: Job, attempt: JobAttempt, error: str) -> None:
     next_at = now + timedelta(seconds=delay)
     with transaction.atomic():
         Job.objects.select_for_update().filter(pk=job.pk).first()
-        wal().update(job.wal_job().with_retry(attempts=job.attempts, next_attempt_at=next_at, last_error=error))
+        wal().update(job.wal_job().with_retry(attempts=job.attempts, next_attempt_at=gojson.local(next_at), last_error=error))
         faults.point("transient.after_wal")
         job.mark_retry_wait(next_attempt_at=next_at, error=error)
         Job.objects.filter(pk=job.pk).update(dispatched_at=now)
