@@ -109,7 +109,8 @@ def enqueue(
     now = now or timezone.now()
     jid = request.job_id
     try:
-        existing = Job.objects.filter(pk=jid).values_list("state", flat=True).first()
+        with transaction.atomic():  # a savepoint: a failing database must not poison the caller's transaction
+            existing = Job.objects.filter(pk=jid).values_list("state", flat=True).first()
     except DatabaseError:
         existing = None
     if existing is not None and existing not in (JobState.PURGED, JobState.EXPIRED):
