@@ -87,7 +87,9 @@ def process(job_id: str) -> str:
 def run_attempt(job: Job) -> str:
     started = timezone.now()
     clock = time.monotonic()
-    attempt = JobAttempt.objects.create(job=job, number=job.attempts, worker=worker_identity(), started_at=started)
+    # ``number`` counts every try of the job, across DLQ retries (which reset ``job.attempts``, as chatcli).
+    last = JobAttempt.objects.filter(job=job).order_by("-number").values_list("number", flat=True).first() or 0
+    attempt = JobAttempt.objects.create(job=job, number=last + 1, worker=worker_identity(), started_at=started)
     try:
         lesson = generation.generate(
             task=job.task,
@@ -154,7 +156,9 @@ def retry_or_dead(job: Job, attempt: JobAttempt, error: str) -> None:
     next_at = now + timedelta(seconds=delay)
     with transaction.atomic():
         Job.objects.select_for_update().filter(pk=job.pk).first()
-        wal().update(job.wal_job().with_retry(attempts=job.attempts, next_attempt_at=gojson.local(next_at), last_error=error))
+        wal().update(
+            job.wal_job().with_retry(attempts=job.attempts, next_attempt_at=gojson.local(next_at), last_error=error)
+        )
         faults.point("transient.after_wal")
         job.mark_retry_wait(next_attempt_at=next_at, error=error)
         Job.objects.filter(pk=job.pk).update(dispatched_at=now)

@@ -174,6 +174,8 @@ def _reconcile_wal_record(
     if row is None:
         record_job(record)
         report.adopted += 1
+        if pull_in:
+            pulled.append(record.id)
         return
     if pull_in and row.state in WAITING:
         pulled.append(row.pk)

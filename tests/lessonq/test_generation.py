@@ -9,7 +9,10 @@ from lessonq.generation import LessonParseError, messages, parse, user_message
 
 def test_it_lays_out_the_user_message_like_chatcli() -> None:
     text = user_message(task="T", attempt="a" * 1501, outcome="o" * 800, trigger="error")
-    assert text == f"TASK:\nT\n\nATTEMPT:\n{'a' * 1500}...\n\nOUTCOME (why we are reflecting):\n{'o' * 800}\n\nTRIGGER: error"
+    assert (
+        text
+        == f"TASK:\nT\n\nATTEMPT:\n{'a' * 1500}...\n\nOUTCOME (why we are reflecting):\n{'o' * 800}\n\nTRIGGER: error"
+    )
     msgs = messages(task="T", attempt="é" * 1600, outcome="x", trigger="manual")
     assert [m["role"] for m in msgs] == ["system", "user"]
     assert "<skip>nothing actionable</skip>" in msgs[0]["content"]
@@ -28,8 +31,14 @@ def test_it_parses_a_canned_lesson() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("<tags>Go, Edit-File, Large</tags><situation>s</situation><correction>c</correction>", ["go", "edit-file", "large"]),
-        ("<tags> Go , ,EDIT-File,go </tags><situation>s</situation><correction>c</correction>", ["go", "edit-file", "go"]),
+        (
+            "<tags>Go, Edit-File, Large</tags><situation>s</situation><correction>c</correction>",
+            ["go", "edit-file", "large"],
+        ),
+        (
+            "<tags> Go , ,EDIT-File,go </tags><situation>s</situation><correction>c</correction>",
+            ["go", "edit-file", "go"],
+        ),
         ("<situation>s</situation><correction>c</correction><tags>a, b", []),
     ],
 )

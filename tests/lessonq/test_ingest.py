@@ -22,7 +22,9 @@ def test_it_detects_triggers_in_chatcli_order(settings: Any) -> None:
     assert r is not None and (r.trigger, r.outcome) == ("hallucination", "DISCREPANCY (from CoVe): d")
     r = detect(AgentResult(task="t", error="e", metadata={"force_reflexion": "true"}))
     assert r is not None and (r.trigger, r.outcome) == ("manual", "ERROR: e")
-    assert detect(AgentResult(task="t", metadata={"force_reflexion": "true"})).outcome == "MANUAL: user requested /reflect"  # type: ignore[union-attr]
+    assert (
+        detect(AgentResult(task="t", metadata={"force_reflexion": "true"})).outcome == "MANUAL: user requested /reflect"
+    )  # type: ignore[union-attr]
     assert detect(AgentResult(task="t", metadata={"verified_with_discrepancy": "TRUE"})) is None
     assert detect(AgentResult(task="t", metadata={"refine_low_quality": "true"})) is None  # off by default
     settings.LESSONQ_ON_LOW_QUALITY = True
@@ -33,14 +35,25 @@ def test_it_detects_triggers_in_chatcli_order(settings: Any) -> None:
 
 
 @pytest.mark.django_db
-def test_it_accepts_a_trigger_into_the_wal_and_the_database(api: Any, queue_dir: Path, fake_openai: Any, settings: Any) -> None:
-    body = {"task": "Edit main.go", "output": "used full rewrite", "error": "file too large", "agent": "coder", "workspace": "proj-a"}
+def test_it_accepts_a_trigger_into_the_wal_and_the_database(
+    api: Any, queue_dir: Path, fake_openai: Any, settings: Any
+) -> None:
+    body = {
+        "task": "Edit main.go",
+        "output": "used full rewrite",
+        "error": "file too large",
+        "agent": "coder",
+        "workspace": "proj-a",
+    }
     response = api.post(URL, body)
     assert response.status_code == 202
     assert response.json() == {"job_id": "bba86ebf380b9dbc", "status": "accepted"}
     record = wal().read("bba86ebf380b9dbc")
     assert record is not None and (record.task, record.attempt, record.outcome, record.trigger) == (
-        "Edit main.go", "used full rewrite", "ERROR: file too large", "error",
+        "Edit main.go",
+        "used full rewrite",
+        "ERROR: file too large",
+        "error",
     )
     job = Job.objects.get(pk="bba86ebf380b9dbc")
     assert (job.state, job.agent, job.workspace.slug) == ("pending", "coder", "proj-a")  # type: ignore[union-attr]

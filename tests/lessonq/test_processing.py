@@ -144,7 +144,9 @@ def test_it_reclaims_a_dead_workers_job_and_counts_the_lost_attempt(queue_dir: P
     import socket
 
     Job.objects.filter(pk=job_id).update(
-        state=JobState.RUNNING, attempts=1, claimed_by=f"{socket.gethostname()}:999999999",
+        state=JobState.RUNNING,
+        attempts=1,
+        claimed_by=f"{socket.gethostname()}:999999999",
         claim_expires_at=timezone.now() + timedelta(minutes=5),
     )
     JobAttempt.objects.create(job_id=job_id, number=1)

@@ -24,7 +24,11 @@ BRT = timezone(timedelta(hours=-3))
 
 def spec_job() -> WalJob:
     return WalJob(
-        id="abc123", task="task A", attempt="a", outcome="ERROR: x", trigger="error",
+        id="abc123",
+        task="task A",
+        attempt="a",
+        outcome="ERROR: x",
+        trigger="error",
         enqueued_at=datetime(2026, 4, 22, 21, 0, 0, 123456, tzinfo=BRT),
         next_attempt_at=datetime(2026, 4, 22, 21, 0, 0, tzinfo=UTC),
     )
@@ -71,7 +75,9 @@ def test_it_formats_times_like_go() -> None:
     assert gojson.format_time(datetime(2026, 4, 22, 21, 0, tzinfo=timezone(timedelta(hours=5, minutes=30)))) == (
         "2026-04-22T21:00:00+05:30"
     )
-    assert gojson.parse_time("2026-04-22T21:00:00.123456789-03:00") == datetime(2026, 4, 22, 21, 0, 0, 123456, tzinfo=BRT)
+    assert gojson.parse_time("2026-04-22T21:00:00.123456789-03:00") == datetime(
+        2026, 4, 22, 21, 0, 0, 123456, tzinfo=BRT
+    )
     assert gojson.parse_time("2026-04-22T21:00:00Z").utcoffset() == timedelta(0)
 
 
@@ -99,8 +105,12 @@ def sized_job(size: int, prefix: str = "é<>&\u2028") -> WalJob:
 
     def make(pad: int) -> WalJob:
         return WalJob(
-            id="0123456789abcdef", task="t", attempt=prefix + "x" * pad, trigger="error",
-            enqueued_at=stamp, next_attempt_at=stamp,
+            id="0123456789abcdef",
+            task="t",
+            attempt=prefix + "x" * pad,
+            trigger="error",
+            enqueued_at=stamp,
+            next_attempt_at=stamp,
         )
 
     job = make(size - len(make(0).payload()))
