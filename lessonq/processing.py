@@ -22,7 +22,7 @@ from django.utils import timezone
 from lessonboard import llm
 from lessonq import faults, generation, gojson, metrics
 from lessonq.dispatch import publish
-from lessonq.models import ACTIVE, WAITING, AttemptOutcome, Job, JobAttempt, worker_identity
+from lessonq.models import ACTIVE, WAITING, AttemptOutcome, Job, JobAttempt, JobState, worker_identity
 from lessonq.paths import dlq, wal
 from lessonq.retry import policy
 
@@ -69,13 +69,17 @@ def process(job_id: str) -> str:
         if job.state in WAITING:
             job.mark_waiting(llm.status_text())
         return "waiting-for-llm"
+    reclaimed = job.state == JobState.RUNNING
     if not job.claim(timeout=settings.LESSONQ_JOB_TIMEOUT):
         return "not-claimed"
     faults.point("process.after_claim")
     if dlq().exists(job.id):
-        # A previous attempt got as far as the DLQ before dying: finish that move.
-        finish_dead(job, job.last_error or WORKER_LOST)
-        return "dead"
+        if reclaimed:
+            # The lost attempt got as far as the DLQ put before dying: finish that move.
+            finish_dead(job, job.last_error or WORKER_LOST)
+            return "dead"
+        # A DLQ retry committed the job back to pending but died before removing the DLQ record.
+        dlq().ack(job.id)
     if not wal().exists(job.id):
         wal().append(job.wal_job())  # rows → files: the row is authoritative for a running job
     if job.attempts > policy().max_attempts:

@@ -66,8 +66,12 @@ def test_it_runs_every_outcome_path(queue_dir: Path, fake_openai: Any, lesson_wo
     wait_for(lambda: finished(*ids.values()), timeout=90, what="all jobs finished")
     jobs = {task: Job.objects.get(pk=job_id) for task, job_id in ids.items()}
     assert {t: j.state for t, j in jobs.items()} == {
-        "success": "succeeded", "skip": "skipped", "rate-limited": "succeeded",
-        "down": "dead", "malformed": "dead", "slow": "succeeded",
+        "success": "succeeded",
+        "skip": "skipped",
+        "rate-limited": "succeeded",
+        "down": "dead",
+        "malformed": "dead",
+        "slow": "succeeded",
     }
     assert [a.outcome for a in jobs["rate-limited"].attempt_rows.all()] == ["transient", "success"]
     down = [(a.outcome, "upstream down" in a.error) for a in jobs["down"].attempt_rows.all()]
@@ -140,7 +144,10 @@ def test_a_worker_replays_its_wal_at_start(queue_dir: Path, fake_openai: Any, le
     from django.utils import timezone
 
     now = gojson.local(timezone.now())
-    records = [WalJob(id=f"{i:016x}", task=f"left over {i}", trigger="error", enqueued_at=now, next_attempt_at=now) for i in (1, 2)]
+    records = [
+        WalJob(id=f"{i:016x}", task=f"left over {i}", trigger="error", enqueued_at=now, next_attempt_at=now)
+        for i in (1, 2)
+    ]
     for r in records:
         wal().append(r)
     lesson_worker()
