@@ -32,6 +32,7 @@ from django.utils import timezone
 from lessonq import metrics
 from lessonq.dispatch import dispatch, publish
 from lessonq.ingest import record_job
+from lessonq.jobid import is_job_id
 from lessonq.models import ACTIVE, DONE, WAITING, Job, JobState, claim_is_stale
 from lessonq.paths import dlq, expired_dir, wal
 from lessonq.wal import WalJob
@@ -85,6 +86,12 @@ def _reconcile(*, now: datetime, pull_in: bool) -> Report:
     listing = active.list()
     dlq_listing = dead.list()
     report.quarantined = len(listing.quarantined) + len(dlq_listing.quarantined)
+    # A record whose id is not a JobID cannot become a job row: quarantine it as well.
+    for folder, found in ((active, listing), (dead, dlq_listing)):
+        for r in [r for r in found.jobs if not is_job_id(r.id)]:
+            found.jobs.remove(r)
+            if folder.quarantine(folder.path(r.id), "record id is not a JobID"):
+                report.quarantined += 1
     dlq_ids = {r.id for r in dlq_listing.jobs}
     wal_ids = {r.id for r in listing.jobs}
 
@@ -96,11 +103,21 @@ def _reconcile(*, now: datetime, pull_in: bool) -> Report:
             rows = Job.objects.select_for_update(skip_locked=True).in_bulk(ids)
             locked = set(Job.objects.filter(pk__in=ids).exclude(pk__in=rows.keys()).values_list("pk", flat=True))
             pulled: list[str] = []
+            new_rows: list[Job] = []
             for record in batch:
                 if record.id in locked:
                     report.skipped_locked += 1
                     continue
-                _reconcile_wal_record(record, rows.get(record.id), record.id in dlq_ids, now, pull_in, report, pulled)
+                row = rows.get(record.id)
+                if row is None and not _stale(record, now):
+                    new_rows.append(_row_for(record))  # adopted in bulk below (replay of many records)
+                    continue
+                _reconcile_wal_record(record, row, record.id in dlq_ids, now, pull_in, report, pulled)
+            if new_rows:
+                created = Job.objects.bulk_create(new_rows, ignore_conflicts=True)
+                report.adopted += len(created)
+                if pull_in:
+                    pulled.extend(r.pk for r in new_rows)
             if pulled:
                 # Replay re-dispatches every waiting job now (chatcli resets future retry times to now).
                 Job.objects.filter(pk__in=pulled, next_attempt_at__gt=now).update(next_attempt_at=now)
@@ -179,6 +196,25 @@ def _reconcile_wal_record(
         return
     if pull_in and row.state in WAITING:
         pulled.append(row.pk)
+
+
+def _row_for(record: WalJob) -> Job:
+    now = timezone.now()
+    return Job(
+        id=record.id,
+        node=settings.LESSONQ_QUEUE,
+        state=JobState.PENDING,
+        task=record.task,
+        output=record.attempt,
+        outcome=record.outcome,
+        trigger=record.trigger,
+        attempts=record.attempts,
+        enqueued_at=record.enqueued_at,
+        next_attempt_at=max(record.next_attempt_at, record.enqueued_at),
+        last_error=record.last_error,
+        created_at=now,
+        updated_at=now,
+    )
 
 
 def _dispatch_waiting(*, now: datetime) -> int:

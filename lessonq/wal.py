@@ -365,6 +365,8 @@ class Wal:
                 continue
             try:
                 job = decode(unframe(path.read_bytes()))
+                if job.id != entry.name[: -len(SUFFIX)]:
+                    raise CorruptRecord(f"record id {job.id!r} does not match its file name")
             except FileNotFoundError:
                 continue
             except CorruptRecord as exc:
