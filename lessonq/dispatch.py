@@ -36,6 +36,39 @@ def publish(job_id: str, *, countdown: float = 0.0) -> None:
         log.warning("lessonq: publishing %s failed (the sweeper will retry): %s", job_id, exc)
 
 
+def publish_many(items: list[tuple[str, float]]) -> None:
+    """Publish many (job id, countdown) messages over one broker connection (replay, sweeps)."""
+    from lessonboard.celery import app
+    from lessonq.tasks import process_job
+
+    try:
+        with app.producer_or_acquire() as producer:
+            for job_id, countdown in items:
+                process_job.apply_async(
+                    args=[job_id],
+                    queue=settings.LESSONQ_QUEUE,
+                    countdown=max(countdown, 0.0) or None,
+                    producer=producer,
+                )
+    except Exception as exc:
+        log.warning("lessonq: publishing %d job(s) failed (the sweeper will retry): %s", len(items), exc)
+
+
+def dispatch_many(jobs: list[Job], *, now: datetime | None = None) -> int:
+    """``dispatch`` for a batch the caller already fitted into the free room: one UPDATE, one connection."""
+    now = now or timezone.now()
+    if not jobs:
+        return 0
+    ids = [j.pk for j in jobs]
+    if not llm.is_configured():
+        Job.objects.filter(pk__in=ids).update(dispatched_at=None, waiting_reason=llm.status_text())
+        return 0
+    Job.objects.filter(pk__in=ids).update(dispatched_at=now, waiting_reason="")
+    items = [(j.pk, (j.next_attempt_at - now).total_seconds() if j.state == JobState.RETRY_WAIT else 0.0) for j in jobs]
+    transaction.on_commit(lambda: publish_many(items), robust=True)
+    return len(jobs)
+
+
 def room() -> int:
     return settings.LESSONQ_CAPACITY - Job.objects.for_this_node().in_flight().count()
 

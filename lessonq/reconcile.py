@@ -30,7 +30,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from lessonq import metrics
-from lessonq.dispatch import dispatch, publish
+from lessonq.dispatch import dispatch_many, publish, room
 from lessonq.ingest import record_job
 from lessonq.jobid import is_job_id
 from lessonq.models import ACTIVE, DONE, WAITING, Job, JobState, claim_is_stale
@@ -218,29 +218,24 @@ def _row_for(record: WalJob) -> Job:
 
 
 def _dispatch_waiting(*, now: datetime) -> int:
-    """Dispatch deferred jobs (oldest first, while there is room) and re-publish due jobs whose message
-    has evidently been lost (due and dispatched more than LESSONQ_REDISPATCH_AFTER ago)."""
-    count = 0
+    """Re-publish due jobs whose message has evidently been lost (due and dispatched more than
+    LESSONQ_REDISPATCH_AFTER ago), then dispatch deferred jobs, oldest first, while there is room."""
     node_rows = Job.objects.for_this_node()
     grace = now - timedelta(seconds=settings.LESSONQ_REDISPATCH_AFTER)
-    lost = node_rows.waiting().filter(dispatched_at__lte=grace, next_attempt_at__lte=grace)
-    if lost.exists():
-        for job in lost.order_by("next_attempt_at")[: settings.LESSONQ_CAPACITY]:
-            with transaction.atomic():
-                if dispatch(job, now=now):
-                    count += 1
-    from lessonq.dispatch import room
-
+    count = 0
+    lost = list(
+        node_rows.waiting()
+        .filter(dispatched_at__lte=grace, next_attempt_at__lte=grace)
+        .order_by("next_attempt_at")[: settings.LESSONQ_CAPACITY]
+    )
+    with transaction.atomic():
+        count += dispatch_many(lost, now=now)
     free = room()
     if free <= 0:
         return count
-    deferred = node_rows.deferred()
-    for job in deferred.order_by("enqueued_at")[:free]:
-        with transaction.atomic():
-            if dispatch(job, now=now):
-                count += 1
-            else:
-                break
+    deferred = list(node_rows.deferred().order_by("enqueued_at")[:free])
+    with transaction.atomic():
+        count += dispatch_many(deferred, now=now)
     return count
 
 
