@@ -13,13 +13,12 @@ import time
 from datetime import UTC, datetime
 
 import bench_queue_env
+from django.conf import settings
 
-from django.conf import settings  # noqa: E402
-
-from lessonq import reconcile  # noqa: E402
-from lessonq.models import Job  # noqa: E402
-from lessonq.paths import wal  # noqa: E402
-from lessonq.wal import WalJob, frame  # noqa: E402
+from lessonq import reconcile
+from lessonq.models import Job
+from lessonq.paths import wal
+from lessonq.wal import WalJob, frame
 
 
 def main() -> None:
@@ -30,14 +29,23 @@ def main() -> None:
     now = datetime.now(UTC).astimezone()
     t0 = time.perf_counter()
     for i in range(n):
-        job = WalJob(id=f"{i:016x}", task=f"task {i}", attempt="agent output " * 20, outcome="ERROR: x",
-                     trigger="error", enqueued_at=now, next_attempt_at=now)
+        job = WalJob(
+            id=f"{i:016x}",
+            task=f"task {i}",
+            attempt="agent output " * 20,
+            outcome="ERROR: x",
+            trigger="error",
+            enqueued_at=now,
+            next_attempt_at=now,
+        )
         (directory / f"{job.id}.wal").write_bytes(frame(job.payload()))
     print(f"set-up: {n} records written in {time.perf_counter() - t0:.1f}s")
     t0 = time.perf_counter()
     listing = wal().list()
     scan = time.perf_counter() - t0
-    print(f"WAL scan (read + CRC + JSON) : {len(listing.jobs)} records in {scan:.2f}s = {len(listing.jobs) / scan:,.0f} records/s")
+    print(
+        f"WAL scan (read + CRC + JSON) : {len(listing.jobs)} records in {scan:.2f}s = {len(listing.jobs) / scan:,.0f} records/s"
+    )
     t0 = time.perf_counter()
     report = reconcile.replay()
     full = time.perf_counter() - t0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lessonq.wal import Wal, WalJob, frame  # noqa: E402
+from lessonq.wal import Wal, WalJob, frame
 
 
 def pct(values: list[float], p: float) -> float:
@@ -51,8 +51,15 @@ def main() -> None:
         wal_times: list[float] = []
         raw_times: list[float] = []
         for i in range(n):
-            job = WalJob(id=f"{i:016x}", task=f"task {i}", attempt=output, outcome="ERROR: x", trigger="error",
-                         enqueued_at=now, next_attempt_at=now)
+            job = WalJob(
+                id=f"{i:016x}",
+                task=f"task {i}",
+                attempt=output,
+                outcome="ERROR: x",
+                trigger="error",
+                enqueued_at=now,
+                next_attempt_at=now,
+            )
             data = frame(job.payload())
             # Interleave the two so both see the same disk state.
             t0 = time.perf_counter()
@@ -64,8 +71,12 @@ def main() -> None:
             raw_times.append(t2 - t1)
         size = len(data)
     print(f"records: {n} of {size} bytes, filesystem under {base.parent}")
-    print(f"WAL append          p50 {pct(wal_times, 0.5):7.3f} ms   p99 {pct(wal_times, 0.99):7.3f} ms   mean {statistics.mean(wal_times) * 1000:7.3f} ms")
-    print(f"raw write+fsync+rename+dirfsync p50 {pct(raw_times, 0.5):7.3f} ms   p99 {pct(raw_times, 0.99):7.3f} ms   mean {statistics.mean(raw_times) * 1000:7.3f} ms")
+    print(
+        f"WAL append          p50 {pct(wal_times, 0.5):7.3f} ms   p99 {pct(wal_times, 0.99):7.3f} ms   mean {statistics.mean(wal_times) * 1000:7.3f} ms"
+    )
+    print(
+        f"raw write+fsync+rename+dirfsync p50 {pct(raw_times, 0.5):7.3f} ms   p99 {pct(raw_times, 0.99):7.3f} ms   mean {statistics.mean(raw_times) * 1000:7.3f} ms"
+    )
 
 
 if __name__ == "__main__":

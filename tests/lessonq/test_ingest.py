@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from lessonq.ingest import AgentResult, LessonRequest, detect, enqueue
+from lessonq.ingest import AgentResult, LessonRequest, detect
 from lessonq.models import Job, JobState
 from lessonq.paths import wal
 from lessonq.wal import MAX_PAYLOAD
@@ -139,24 +139,55 @@ def test_it_waits_visibly_without_an_llm(api: Any, queue_dir: Path, settings: An
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_is_still_durable_when_the_database_insert_fails(queue_dir: Path, settings: Any) -> None:
-    """The WAL append is the durable point: a broken database after it still answers accepted, and
-    the sweeper adopts the record."""
+def test_it_answers_202_while_the_jobs_table_is_unavailable_and_the_row_appears_later(
+    api: Any, queue_dir: Path, fake_openai: Any
+) -> None:
+    """The WAL append is the durable point: a database failing after it still answers 202, and the
+    sweeper adopts the record once the database is back."""
     from django.db import connection
 
     from lessonq import reconcile
 
-    request = LessonRequest(task="db down", attempt="a", outcome="ERROR: x", trigger="error")
     with connection.cursor() as cursor:
         cursor.execute("ALTER TABLE queue_job RENAME TO queue_job_away")
     try:
-        result = enqueue(request)
+        response = api.post(URL, {"task": "db down", "output": "o", "error": "x"})
     finally:
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE queue_job_away RENAME TO queue_job")
-    assert (result.status, result.recorded) == ("accepted", False)
-    assert wal().exists(result.job_id) and not Job.objects.filter(pk=result.job_id).exists()
-    report = reconcile.sweep()
-    assert report.adopted == 1
-    job = Job.objects.get(pk=result.job_id)
-    assert (job.task, job.state, job.trigger) == ("db down", "pending", "error")
+    assert response.status_code == 202 and response.json()["status"] == "accepted"
+    job_id = response.json()["job_id"]
+    assert wal().exists(job_id) and not Job.objects.filter(pk=job_id).exists()
+    assert reconcile.sweep().adopted == 1
+    job = Job.objects.get(pk=job_id)
+    assert (job.task, job.state, job.trigger, job.outcome) == ("db down", "pending", "error", "ERROR: x")
+    assert job.dispatched_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_processes_enqueueing_the_same_job_at_once_write_one_record(queue_dir: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    from tests.support.processes import ROOT, subprocess_env
+
+    go = tmp_path / "go"
+    script = (
+        "import django, pathlib, threading; django.setup()\n"
+        "from lessonq.ingest import LessonRequest, enqueue\n"
+        "from lessonq.models import Job; Job.objects.exists()  # connect before the race\n"
+        f"go = pathlib.Path({str(go)!r}); tick = threading.Event()\n"
+        "while not go.exists(): tick.wait(0.005)\n"
+        "print(enqueue(LessonRequest(task='race', attempt='a', outcome='ERROR: x', trigger='error')).status)\n"
+    )
+    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE_NAME)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    go.write_text("")
+    outputs = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+    assert outputs == ["accepted", "deduped"]
+    assert wal().count() == 1 and Job.objects.count() == 1

@@ -253,3 +253,9 @@ def test_it_refuses_empty_and_path_like_ids(wal: Wal) -> None:
         wal.append(WalJob(id="  "))
     with pytest.raises(WalError):
         wal.append(WalJob(id="../x"))
+
+
+def test_it_quarantines_a_record_filed_under_another_name(wal: Wal) -> None:
+    (wal.dir / "0000000000000001.wal").write_bytes(frame(spec_job().payload()))
+    listing = wal.list()
+    assert listing.jobs == [] and listing.quarantined == ["wal-0000000000000001.wal"]
