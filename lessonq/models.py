@@ -163,7 +163,9 @@ class Job(models.Model):
         can be claimed; so can a running one whose claim is stale (that attempt was lost, and counts)."""
         now = now or timezone.now()
         me = worker_identity()
-        expires = now + timedelta(seconds=timeout + 30)
+        # The lease outlives the task's hard time limit (timeout + 60 s, lessonq/tasks.py): a claim is
+        # only taken over by lease expiry once the holder cannot possibly still be running.
+        expires = now + timedelta(seconds=timeout + 90)
         updated = Job.objects.filter(pk=self.pk, state__in=WAITING, next_attempt_at__lte=now).update(
             state=JobState.RUNNING,
             attempts=F("attempts") + 1,
