@@ -14,6 +14,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Value
 from django.utils import timezone
 
 from lessonboard import llm
@@ -54,8 +55,9 @@ def publish_many(items: list[tuple[str, float]]) -> None:
         log.warning("lessonq: publishing %d job(s) failed (the sweeper will retry): %s", len(items), exc)
 
 
-def dispatch_many(jobs: list[Job], *, now: datetime | None = None) -> int:
-    """``dispatch`` for a batch the caller already fitted into the free room: one UPDATE, one connection."""
+def dispatch_many(jobs: list[Job], *, now: datetime | None = None, redispatch: bool = False) -> int:
+    """``dispatch`` for a batch the caller already fitted into the free room: one UPDATE, one connection.
+    ``redispatch``: these jobs' messages look lost; count it (the next re-publish backs off)."""
     now = now or timezone.now()
     if not jobs:
         return 0
@@ -63,7 +65,8 @@ def dispatch_many(jobs: list[Job], *, now: datetime | None = None) -> int:
     if not llm.is_configured():
         Job.objects.filter(pk__in=ids).update(dispatched_at=None, waiting_reason=llm.status_text())
         return 0
-    Job.objects.filter(pk__in=ids).update(dispatched_at=now, waiting_reason="")
+    counter = F("redispatches") + 1 if redispatch else Value(0)
+    Job.objects.filter(pk__in=ids).update(dispatched_at=now, waiting_reason="", redispatches=counter)
     items = [(j.pk, (j.next_attempt_at - now).total_seconds() if j.state == JobState.RETRY_WAIT else 0.0) for j in jobs]
     transaction.on_commit(lambda: publish_many(items), robust=True)
     return len(jobs)
@@ -90,8 +93,8 @@ def dispatch(job: Job, *, now: datetime | None = None, block: bool = False) -> b
         if job.waiting_reason != reason:
             job.mark_waiting(reason)
         return False
-    Job.objects.filter(pk=job.pk).update(dispatched_at=now, waiting_reason="")
-    job.dispatched_at, job.waiting_reason = now, ""
+    Job.objects.filter(pk=job.pk).update(dispatched_at=now, waiting_reason="", redispatches=0)
+    job.dispatched_at, job.waiting_reason, job.redispatches = now, "", 0
     countdown = (job.next_attempt_at - now).total_seconds() if job.state == JobState.RETRY_WAIT else 0.0
     transaction.on_commit(lambda: publish(job.pk, countdown=countdown), robust=True)
     return True

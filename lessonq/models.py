@@ -112,6 +112,7 @@ class Job(models.Model):
     last_error = models.TextField(blank=True)
     waiting_reason = models.CharField(max_length=300, blank=True, help_text="why a pending job is not running")
     dispatched_at = models.DateTimeField(null=True, blank=True, help_text="last publish to the broker")
+    redispatches = models.PositiveSmallIntegerField(default=0, help_text="re-publishes since the last dispatch")
     claimed_by = models.CharField(max_length=200, blank=True)
     claim_expires_at = models.DateTimeField(null=True, blank=True)
     lesson = models.ForeignKey("lessons.Lesson", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")

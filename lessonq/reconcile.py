@@ -223,13 +223,20 @@ def _dispatch_waiting(*, now: datetime) -> int:
     node_rows = Job.objects.for_this_node()
     grace = now - timedelta(seconds=settings.LESSONQ_REDISPATCH_AFTER)
     count = 0
-    lost = list(
-        node_rows.waiting()
-        .filter(dispatched_at__lte=grace, next_attempt_at__lte=grace)
-        .order_by("next_attempt_at")[: settings.LESSONQ_CAPACITY]
+    # Backlog is not loss: a job waiting behind others is re-published at most once per
+    # LESSONQ_REDISPATCH_AFTER × 2^redispatches, so a long queue does not fill up with duplicates.
+    candidates = (
+        node_rows.waiting().filter(dispatched_at__lte=grace, next_attempt_at__lte=grace).order_by("next_attempt_at")
     )
+    lost = [
+        job
+        for job in candidates[: settings.LESSONQ_CAPACITY]
+        if job.dispatched_at is not None
+        and (now - job.dispatched_at).total_seconds()
+        >= settings.LESSONQ_REDISPATCH_AFTER * 2 ** min(job.redispatches, 10)
+    ]
     with transaction.atomic():
-        count += dispatch_many(lost, now=now)
+        count += dispatch_many(lost, now=now, redispatch=True)
     free = room()
     if free <= 0:
         return count

@@ -26,6 +26,7 @@ def queue_dir(settings: Any, tmp_path: Path) -> Path:
     settings.LESSONQ_QUEUE = f"lessonq.{node}"
     settings.LESSONQ_INITIAL_DELAY = 0.05
     settings.LESSONQ_JITTER = 0.0
+    settings.LESSONQ_REDISPATCH_AFTER = 1.0
     return base
 
 

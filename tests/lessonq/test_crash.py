@@ -15,7 +15,7 @@ import pytest
 
 from lessonq import reconcile
 from lessonq.ingest import LessonRequest, enqueue
-from lessonq.models import ACTIVE, Job, JobState
+from lessonq.models import ACTIVE, Job, JobAttempt, JobState
 from lessonq.paths import dlq, expired_dir, wal
 from lessons.models import Lesson
 from tests.fakes.openai_server import Reply
@@ -181,4 +181,41 @@ def test_a_crash_during_dlq_retry_is_repaired(
     settle(job_id)
     # After retry.after_wal the retry did not happen (still dead; retry again); after retry.after_row it did.
     assert Job.objects.get(pk=job_id).state == ("dead" if point == "retry.after_wal" else "succeeded")
+    assert_invariant()
+
+
+def test_repeated_kills_under_load_lose_nothing_and_duplicate_nothing(
+    queue_dir: Path, fake_openai: Any, lesson_worker: Any
+) -> None:
+    fake_openai.responder = lambda payload: Reply(
+        delay=0.4, text=LESSON.replace("edit large file", payload["messages"][1]["content"][:40])
+    )
+    worker = lesson_worker(concurrency=2, LESSONQ_MAX_ATTEMPTS="10")
+    ids = [submit(f"load {i}") for i in range(8)]
+    killed: list[int] = []
+    for kills in (1, 2, 3):
+        # the sweeper (beat's job) keeps running meanwhile: the filesystem broker loses a killed child's message
+        wait_for(
+            lambda k=kills: reconcile.sweep() and len(fake_openai.chat_requests()) >= 2 * k,
+            timeout=60,
+            interval=0.2,
+            what=f"{2 * kills} LLM calls",
+        )
+        # Kill a child that is in the middle of a job (an idle prefork child may hold the pool's queue lock,
+        # and killing it stalls billiard's pool: a Celery limitation, not what this test is about).
+        busy = wait_for(
+            lambda: [
+                int(c.rpartition(":")[2])
+                for c in Job.objects.filter(pk__in=ids, state="running").values_list("claimed_by", flat=True)
+                if int(c.rpartition(":")[2]) in worker.child_pids() and int(c.rpartition(":")[2]) not in killed
+            ],
+            timeout=60,
+            what="a child mid-job",
+        )
+        os.kill(busy[0], signal.SIGKILL)
+        killed.append(busy[0])
+    settle(*ids, timeout=120)
+    assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"succeeded"}
+    assert Lesson.objects.filter(source_job_id__in=ids).count() == len(ids)
+    assert JobAttempt.objects.filter(job_id__in=ids, outcome="lost").count() >= 1
     assert_invariant()

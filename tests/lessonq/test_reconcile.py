@@ -108,6 +108,12 @@ def test_it_republishes_due_jobs_whose_message_was_lost(queue_dir: Path, fake_op
     assert Job.objects.get(pk=job_id).dispatched_at > long_ago  # type: ignore[operator]
     recent = accepted("recent")
     assert reconcile.sweep().dispatched == 0 and Job.objects.get(pk=recent).dispatched_at is not None
+    # Still not started: the next re-publish backs off (30 s × 2^1), so a backlog is not flooded.
+    assert Job.objects.get(pk=job_id).redispatches == 1
+    Job.objects.filter(pk=job_id).update(dispatched_at=timezone.now() - timedelta(seconds=59))
+    assert reconcile.sweep().dispatched == 0
+    Job.objects.filter(pk=job_id).update(dispatched_at=timezone.now() - timedelta(seconds=61))
+    assert reconcile.sweep().dispatched == 1 and Job.objects.get(pk=job_id).redispatches == 2
 
 
 def test_it_republishes_running_jobs_whose_worker_died(queue_dir: Path, fake_openai: Any) -> None:
