@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 
 from lessonboard.api import ApiError, ApiRequest, api_view, json_body
@@ -89,6 +90,8 @@ def parse_request(data: dict[str, Any]) -> tuple[LessonRequest | None, str, str]
 
 @api_view(TokenScope.INGEST)
 def triggers(request: ApiRequest) -> HttpResponse:
+    if not settings.LESSONQ_ENABLED:
+        raise ApiError("the lesson queue is disabled on this node (LESSONQ_ENABLED=false)", status=503)
     data = json_body(request, max_bytes=MAX_BODY)
     lesson_request, agent, workspace = parse_request(data)
     if lesson_request is None:
@@ -99,4 +102,8 @@ def triggers(request: ApiRequest) -> HttpResponse:
         raise ApiError(f"lesson record too large: {exc}", status=413, field="output") from exc
     except WalError as exc:
         raise ApiError(str(exc), status=400, field="task") from exc
+    except OSError as exc:  # the WAL cannot be written (disk full, permissions): not durable, so not accepted
+        raise ApiError(
+            f"the lesson queue cannot store the trigger right now: {exc.strerror or exc}", status=503
+        ) from exc
     return JsonResponse({"job_id": result.job_id, "status": result.status}, status=202)

@@ -191,3 +191,20 @@ def test_two_processes_enqueueing_the_same_job_at_once_write_one_record(queue_di
     outputs = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
     assert outputs == ["accepted", "deduped"]
     assert wal().count() == 1 and Job.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_it_answers_503_when_the_wal_cannot_be_written(api: Any, queue_dir: Path) -> None:
+    (queue_dir / "wal").rmdir()
+    (queue_dir / "wal").write_text("not a directory")  # any OSError: disk full, permissions, …
+    response = api.post(URL, {"task": "t", "error": "e"})
+    assert response.status_code == 503 and "cannot store" in response.json()["error"]
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_it_answers_503_when_the_queue_is_disabled(api: Any, queue_dir: Path, settings: Any) -> None:
+    settings.LESSONQ_ENABLED = False
+    response = api.post(URL, {"task": "t", "error": "e"})
+    assert response.status_code == 503 and "disabled" in response.json()["error"]
+    assert wal().count() == 0
