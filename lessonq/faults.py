@@ -1,7 +1,7 @@
 """Fault injection for crash tests: ``LESSONQ_FAULT=<point>`` makes the process die (``os._exit(137)``,
 as a ``kill -9`` would) when it reaches that named point of an effect order (ARCHITECTURE.md).
 
-Points: ``wal.append.after_tmp``, ``ingest.after_wal``, ``ingest.after_row``, ``success.after_commit``,
+Points: ``wal.append.after_tmp``, ``ingest.after_wal``, ``ingest.after_row``, ``success.after_commit``, ``skipped.after_row``,
 ``transient.after_wal``, ``transient.after_row``, ``dead.after_dlq``, ``dead.after_row``,
 ``retry.after_wal``, ``retry.after_row``, ``process.after_claim``.
 ``LESSONQ_FAULT_ONCE=<path>``: only fire if that file does not exist yet (it is created first), so a

@@ -117,6 +117,7 @@ def run_attempt(job: Job) -> str:
         with transaction.atomic():
             job.mark_skipped()
             attempt.finish(AttemptOutcome.SKIPPED)
+        faults.point("skipped.after_row")
         wal().ack(job.id)
     elif outcome.kind == "transient":
         retry_or_dead(job, attempt, outcome.error)

@@ -101,6 +101,7 @@ def test_a_poison_job_that_kills_its_worker_ends_dead(queue_dir: Path, fake_open
 PROCESS_POINTS = {
     "process.after_claim": ([Reply(text=LESSON)], "succeeded"),
     "success.after_commit": ([Reply(text=LESSON)], "succeeded"),
+    "skipped.after_row": ([Reply(text="<skip>nothing actionable</skip>")], "skipped"),
     "transient.after_wal": ([Reply(status=503), Reply(text=LESSON)], "succeeded"),
     "transient.after_row": ([Reply(status=503), Reply(text=LESSON)], "succeeded"),
     "dead.after_dlq": ([Reply(text="no blocks")], "dead"),
