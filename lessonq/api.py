@@ -14,6 +14,7 @@ from lessonq.ingest import AgentResult, LessonRequest, detect, enqueue
 from lessonq.models import Trigger
 from lessonq.wal import MAX_PAYLOAD, PayloadTooLarge, WalError
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # A body may carry up to a 16 MiB record plus JSON escaping overhead; the record itself is checked exactly.
 MAX_BODY = MAX_PAYLOAD * 2
 METADATA_FLAGS = (
@@ -33,7 +34,7 @@ def _text(data: dict[str, Any], field: str, *, required: bool = False) -> str:
         return ""
     if not isinstance(value, str):
         raise ApiError(f"'{field}' must be a string", field=field)
-    return value
+    return _SURROGATE.sub("\ufffd", value)  # as Go's decoder does with a lone "\ud800"
 
 
 def _metadata(data: dict[str, Any]) -> dict[str, str]:

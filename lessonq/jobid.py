@@ -15,6 +15,7 @@ import re
 GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 _SPACE_RUN = re.compile(f"[{re.escape(GO_SPACE)}]+")
 JOB_ID_RE = re.compile(r"^[0-9a-f]{16}$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # The only character whose full lowercase mapping is not one code point; Go's simple mapping gives "i".
 _SPECIAL_LOWER = {"\u0130": "i"}
@@ -50,7 +51,8 @@ def job_id(*, task: str, attempt: str, outcome: str, trigger: str) -> str:
             "outcome:" + go_trim(outcome),
         ]
     )
-    return hashlib.sha256(message.encode("utf-8", "surrogatepass")).digest()[:8].hex()
+    # Go's JSON decoder turns a lone surrogate escape into U+FFFD before chatcli ever hashes the text.
+    return hashlib.sha256(_SURROGATE.sub("\ufffd", message).encode("utf-8")).digest()[:8].hex()
 
 
 def is_job_id(value: str) -> bool:

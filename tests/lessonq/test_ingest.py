@@ -208,3 +208,12 @@ def test_it_answers_503_when_the_queue_is_disabled(api: Any, queue_dir: Path, se
     response = api.post(URL, {"task": "t", "error": "e"})
     assert response.status_code == 503 and "disabled" in response.json()["error"]
     assert wal().count() == 0
+
+
+@pytest.mark.django_db
+def test_it_stores_a_lone_surrogate_as_go_would(api: Any, queue_dir: Path) -> None:
+    response = api.post(URL, raw='{"task": "bad \\ud800 text", "error": "e"}')
+    assert response.status_code == 202
+    job_id = response.json()["job_id"]
+    assert job_id == LessonRequest(task="bad \ufffd text", attempt="", outcome="ERROR: e", trigger="error").job_id
+    assert wal().read(job_id).task == "bad \ufffd text"  # type: ignore[union-attr]

@@ -56,3 +56,7 @@ def test_it_uses_gos_whitespace_and_lowercasing(raw: str, normalized: str) -> No
 
 def test_go_lower_is_per_rune() -> None:
     assert go_lower("ÀB") == "àb"
+
+
+def test_a_lone_surrogate_hashes_like_gos_replacement_character() -> None:
+    assert jid("\ud800x", "a", "o", "error") == jid("\ufffdx", "a", "o", "error")

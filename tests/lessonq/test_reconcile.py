@@ -177,3 +177,13 @@ def test_drop_oldest_defers_the_oldest_waiting_job(queue_dir: Path, fake_openai:
     assert states[ids[0]].dispatched_at is None and "dropped_oldest" in states[ids[0]].waiting_reason
     assert states[ids[1]].dispatched_at is not None and states[ids[2]].dispatched_at is not None
     assert wal().count() == 3
+
+
+def test_stale_means_strictly_older_than_stale_after(settings: Any) -> None:
+    settings.LESSONQ_STALE_AFTER = 3600
+    now = timezone.now()
+    at_limit = WalJob(id="00000000000000ee", enqueued_at=now - timedelta(seconds=3600))
+    past_limit = WalJob(id="00000000000000ef", enqueued_at=now - timedelta(seconds=3600, microseconds=1))
+    assert not reconcile._stale(at_limit, now) and reconcile._stale(past_limit, now)
+    settings.LESSONQ_STALE_AFTER = 0
+    assert not reconcile._stale(WalJob(id="00000000000000ef"), now)  # 0 disables expiry
