@@ -137,11 +137,15 @@ def _reconcile(*, now: datetime, pull_in: bool) -> Report:
 
     # --- rows → files ----------------------------------------------------------------------------------
     node_rows = Job.objects.for_this_node()
-    for job in node_rows.active().exclude(pk__in=wal_ids).exclude(pk__in=dlq_ids).iterator():
+    # Set differences in Python: the id lists can be as long as the WAL (a replay of 100,000 records).
+    # Appends never overwrite, so a record written since the listing is left as it is.
+    missing_active = set(node_rows.active().values_list("pk", flat=True)) - wal_ids - dlq_ids
+    missing_dead = set(node_rows.dead().values_list("pk", flat=True)) - dlq_ids
+    for job in Job.objects.filter(pk__in=missing_active).iterator():
         if active.append(job.wal_job()):
             log.warning("lessonq: WAL record of active job %s was missing; rewritten from its row", job.pk)
             report.repaired += 1
-    for job in node_rows.dead().exclude(pk__in=dlq_ids).iterator():
+    for job in Job.objects.filter(pk__in=missing_dead).iterator():
         if dead.append(job.wal_job()):
             log.warning("lessonq: DLQ record of dead job %s was missing; rewritten from its row", job.pk)
             report.repaired += 1
