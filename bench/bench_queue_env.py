@@ -24,6 +24,11 @@ for sub in ("metrics", "broker", "lessonq", "cache"):
 from lessonboard import embedded  # noqa: E402
 
 embedded.start(PGDATA)
+# A scratch database, recreated per run so it always matches the current migrations.
+import psycopg  # noqa: E402
+
+with psycopg.connect(host=str(embedded.socket_dir(PGDATA)), user="postgres", dbname="postgres", autocommit=True) as _c:
+    _c.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
 embedded.ensure_database(PGDATA, DB_NAME)
 
 os.environ.update(
