@@ -58,10 +58,10 @@ def test_it_runs_every_outcome_path(queue_dir: Path, fake_openai: Any, lesson_wo
             "rate-limited": [Reply(status=429), Reply(text=LESSON.replace("edit large file", "rate limited"))],
             "down": [Reply(status=503, error_message="upstream down")],
             "malformed": [Reply(text="no blocks here")],
-            "slow": [Reply(delay=3, text=LESSON), Reply(text=LESSON.replace("edit large file", "slow one"))],
+            "slow": [Reply(delay=6, text=LESSON), Reply(text=LESSON.replace("edit large file", "slow one"))],
         }
     )
-    lesson_worker(LESSONQ_MAX_ATTEMPTS="3", LESSONQ_JOB_TIMEOUT="1s", concurrency=2)
+    lesson_worker(LESSONQ_MAX_ATTEMPTS="3", LESSONQ_JOB_TIMEOUT="2s", concurrency=2)
     ids = {task: submit(task) for task in ("success", "skip", "rate-limited", "down", "malformed", "slow")}
     wait_for(lambda: finished(*ids.values()), timeout=90, what="all jobs finished")
     jobs = {task: Job.objects.get(pk=job_id) for task, job_id in ids.items()}
