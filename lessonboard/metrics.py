@@ -12,8 +12,13 @@ import os
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest, multiprocess
 from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.registry import Collector
 
 WORKER_HEARTBEATS = Counter("lessonboard_worker_heartbeats_total", "Heartbeat tasks run by Celery workers.", ["node"])
+
+# Collectors whose values are computed at scrape time (e.g. gauges read from the WAL and the database,
+# which a per-process gauge cannot get right across processes). Apps append from AppConfig.ready().
+EXTRA_COLLECTORS: list[Collector] = []
 
 
 def registry() -> CollectorRegistry:
@@ -25,6 +30,8 @@ def registry() -> CollectorRegistry:
 
         return REGISTRY
     PlatformCollector(registry=reg)
+    for collector in EXTRA_COLLECTORS:
+        reg.register(collector)
     return reg
 
 

@@ -360,3 +360,33 @@ LESSONS_TEXT_PRUNE_FROM_ROWS = env.integer("LESSONBOARD_RETRIEVAL_PRUNE_FROM_ROW
 LESSONS_HNSW_EF_SEARCH = env.integer("LESSONBOARD_RETRIEVAL_EF_SEARCH", 100, minimum=1, maximum=1000)
 # A sweep for lessons whose embed task was lost (broker down at commit time, a model switch).
 CELERY_BEAT_SCHEDULE["lessons-embed-missing"] = {"task": "lessons.tasks.embed_missing", "schedule": 300.0}
+
+# --- lesson queue (issue 3) ---------------------------------------------------------------------------
+# chatcli's queue knobs (spec §13) with chatcli's defaults; the chatcli variable is named next to each.
+# The node-local WAL lives in LESSONQ_BASE_DIR/{wal,dlq,quarantine,expired} (CHATCLI_QUALITY_REFLEXION_QUEUE_BASE_DIR).
+LESSONQ_BASE_DIR = env.path("LESSONQ_BASE_DIR", DATA_DIR / "lessonq", base=BASE_DIR).resolve()
+LESSONQ_ENABLED = env.flag("LESSONQ_ENABLED", True)  # CHATCLI_QUALITY_REFLEXION_QUEUE_ENABLED
+LESSONQ_ON_ERROR = env.flag("LESSONQ_ON_ERROR", True)  # CHATCLI_QUALITY_REFLEXION_ON_ERROR
+LESSONQ_ON_HALLUCINATION = env.flag("LESSONQ_ON_HALLUCINATION", True)  # CHATCLI_QUALITY_REFLEXION_ON_HALLUCINATION
+LESSONQ_ON_LOW_QUALITY = env.flag("LESSONQ_ON_LOW_QUALITY", False)  # CHATCLI_QUALITY_REFLEXION_ON_LOW_QUALITY
+LESSONQ_WORKERS = env.integer("LESSONQ_WORKERS", 2, minimum=1)  # CHATCLI_QUALITY_REFLEXION_QUEUE_WORKERS
+LESSONQ_CAPACITY = env.integer("LESSONQ_CAPACITY", 1000, minimum=1)  # CHATCLI_QUALITY_REFLEXION_QUEUE_CAPACITY
+LESSONQ_DROP_OLDEST = env.flag("LESSONQ_DROP_OLDEST", False)  # CHATCLI_QUALITY_REFLEXION_QUEUE_DROP_OLDEST
+LESSONQ_BLOCK_TIMEOUT = env.duration("LESSONQ_BLOCK_TIMEOUT", 5.0, minimum=0)  # …_QUEUE_BLOCK_TIMEOUT
+LESSONQ_MAX_ATTEMPTS = env.integer("LESSONQ_MAX_ATTEMPTS", 5, minimum=1)  # …_QUEUE_MAX_ATTEMPTS
+LESSONQ_INITIAL_DELAY = env.duration("LESSONQ_INITIAL_DELAY", 1.0, minimum=0.001)  # …_QUEUE_INITIAL_DELAY
+LESSONQ_MAX_DELAY = env.duration("LESSONQ_MAX_DELAY", 300.0, minimum=0.001)  # …_QUEUE_MAX_DELAY
+LESSONQ_JITTER = env.number("LESSONQ_JITTER", 0.2, minimum=0.0, maximum=0.5)  # …_QUEUE_JITTER
+LESSONQ_JOB_TIMEOUT = env.duration("LESSONQ_JOB_TIMEOUT", 120.0, minimum=0.001)  # …_QUEUE_JOB_TIMEOUT
+LESSONQ_STALE_AFTER = env.duration("LESSONQ_STALE_AFTER", 168 * 3600.0, minimum=0)  # …_QUEUE_STALE_AFTER (0 = never)
+# lessonboard's own:
+LESSONQ_SWEEP_INTERVAL = env.duration("LESSONQ_SWEEP_INTERVAL", 30.0, minimum=0.1)
+# A due job whose message has not started it within this long is re-published (lost message).
+LESSONQ_REDISPATCH_AFTER = env.duration("LESSONQ_REDISPATCH_AFTER", 30.0, minimum=0)
+LESSONQ_TMP_GRACE = env.duration("LESSONQ_TMP_GRACE", 600.0, minimum=0)
+LESSONQ_DRAIN_TIMEOUT = env.duration("LESSONQ_DRAIN_TIMEOUT", DRAIN_TIMEOUT, minimum=0)
+LESSONQ_QUEUE = f"lessonq.{NODE_NAME}"
+for _sub in ("wal", "dlq", "quarantine", "expired"):
+    (LESSONQ_BASE_DIR / _sub).mkdir(mode=0o750, parents=True, exist_ok=True)
+READINESS_DIRS = [*globals().get("READINESS_DIRS", []), LESSONQ_BASE_DIR / "wal", LESSONQ_BASE_DIR / "dlq"]
+CELERY_BEAT_SCHEDULE["lessonq-sweep"] = {"task": "lessonq.tasks.sweep_all", "schedule": LESSONQ_SWEEP_INTERVAL}

@@ -1,1 +1,287 @@
-from django.db import models  # noqa: F401
+"""Lesson jobs and their attempts. The WAL file is the durable truth of a job's existence; the row is
+the queryable state (see the invariant in ARCHITECTURE.md and ``lessonq.reconcile``)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from lessonboard.models import AgentToken, Workspace
+from lessonq import gojson
+from lessonq.wal import WalJob
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    RETRY_WAIT = "retry_wait", "waiting to retry"
+    SUCCEEDED = "succeeded", "succeeded"
+    SKIPPED = "skipped", "skipped (nothing actionable)"
+    DEAD = "dead", "dead (DLQ)"
+    PURGED = "purged", "purged"
+    EXPIRED = "expired", "expired (stale)"
+
+
+WAITING = (JobState.PENDING, JobState.RETRY_WAIT)
+ACTIVE = (JobState.PENDING, JobState.RUNNING, JobState.RETRY_WAIT)  # wal/<id>.wal exists
+DONE = (JobState.SUCCEEDED, JobState.SKIPPED, JobState.PURGED, JobState.EXPIRED)  # no file
+
+
+class Trigger(models.TextChoices):
+    ERROR = "error", "error"
+    HALLUCINATION = "hallucination", "hallucination"
+    LOW_QUALITY = "low_quality", "low quality"
+    MANUAL = "manual", "manual"
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def claim_is_stale(claimed_by: str, claim_expires_at: datetime | None, now: datetime) -> bool:
+    """A claim is dead when its lease ran out, or when it belongs to a process of this host that is gone
+    (a worker child killed with -9): then the job may be taken again, and that counts as an attempt."""
+    if claim_expires_at is None or claim_expires_at <= now:
+        return True
+    host, _, pid = claimed_by.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def for_node(self, node: str) -> JobQuerySet:
+        return self.filter(node=node)
+
+    def for_this_node(self) -> JobQuerySet:
+        return self.filter(node=settings.LESSONQ_QUEUE)
+
+    def waiting(self) -> JobQuerySet:
+        return self.filter(state__in=WAITING)
+
+    def active(self) -> JobQuerySet:
+        return self.filter(state__in=ACTIVE)
+
+    def due(self, now: datetime | None = None) -> JobQuerySet:
+        return self.waiting().filter(next_attempt_at__lte=now or timezone.now())
+
+    def running(self) -> JobQuerySet:
+        return self.filter(state=JobState.RUNNING)
+
+    def dead(self) -> JobQuerySet:
+        return self.filter(state=JobState.DEAD)
+
+    def succeeded(self) -> JobQuerySet:
+        return self.filter(state=JobState.SUCCEEDED)
+
+    def in_flight(self) -> JobQuerySet:
+        """Dispatched and not finished: what capacity bounds."""
+        return self.active().filter(dispatched_at__isnull=False)
+
+    def deferred(self) -> JobQuerySet:
+        """Accepted into the WAL but not dispatched (no room, or waiting for an LLM)."""
+        return self.waiting().filter(dispatched_at__isnull=True)
+
+
+class Job(models.Model):
+    id = models.CharField(primary_key=True, max_length=16, help_text="chatcli JobID (16 hex)")
+    node = models.CharField(max_length=200, db_index=True, help_text="Celery queue lessonq.<node> whose WAL holds it")
+    state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.PENDING)
+    task = models.TextField(blank=True)
+    output = models.TextField(blank=True, help_text="the agent's attempt (chatcli Request.Attempt)")
+    outcome = models.TextField(blank=True)
+    trigger = models.CharField(max_length=20, choices=Trigger.choices)
+    agent = models.CharField(max_length=200, blank=True)
+    workspace = models.ForeignKey(Workspace, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
+    agent_token = models.ForeignKey(AgentToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
+    attempts = models.PositiveIntegerField(default=0)
+    enqueued_at = models.DateTimeField()
+    next_attempt_at = models.DateTimeField()
+    last_error = models.TextField(blank=True)
+    waiting_reason = models.CharField(max_length=300, blank=True, help_text="why a pending job is not running")
+    dispatched_at = models.DateTimeField(null=True, blank=True, help_text="last publish to the broker")
+    redispatches = models.PositiveSmallIntegerField(default=0, help_text="re-publishes since the last dispatch")
+    claimed_by = models.CharField(max_length=200, blank=True)
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+    lesson = models.ForeignKey("lessons.Lesson", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-enqueued_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
+            models.CheckConstraint(condition=Q(id__regex=r"^[0-9a-f]{16}$"), name="job_id_hex16"),
+        ]
+        indexes = [
+            models.Index(fields=["node", "next_attempt_at"], condition=Q(state__in=WAITING), name="job_due"),
+            models.Index(fields=["state", "-enqueued_at"], name="job_state_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.state}"
+
+    # --- the WAL record it corresponds to ---------------------------------------------------------------
+    def wal_job(self) -> WalJob:
+        return WalJob(
+            id=self.id,
+            task=self.task,
+            attempt=self.output,
+            outcome=self.outcome,
+            trigger=self.trigger,
+            enqueued_at=gojson.local(self.enqueued_at),
+            next_attempt_at=gojson.local(self.next_attempt_at),
+            attempts=self.attempts,
+            last_error=self.last_error,
+        )
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state not in ACTIVE
+
+    # --- transitions --------------------------------------------------------------------------------------
+    def _save(self, *fields: str) -> None:
+        self.updated_at = timezone.now()
+        self.save(update_fields=[*fields, "updated_at"])
+
+    def claim(self, *, timeout: float, now: datetime | None = None) -> bool:
+        """Take the job for one attempt, atomically: ``True`` for exactly one caller. A due waiting job
+        can be claimed; so can a running one whose claim is stale (that attempt was lost, and counts)."""
+        now = now or timezone.now()
+        me = worker_identity()
+        # The lease outlives the task's hard time limit (timeout + 60 s, lessonq/tasks.py): a claim is
+        # only taken over by lease expiry once the holder cannot possibly still be running.
+        expires = now + timedelta(seconds=timeout + 90)
+        updated = Job.objects.filter(pk=self.pk, state__in=WAITING, next_attempt_at__lte=now).update(
+            state=JobState.RUNNING,
+            attempts=F("attempts") + 1,
+            claimed_by=me,
+            claim_expires_at=expires,
+            waiting_reason="",
+            updated_at=now,
+        )
+        if not updated:
+            current = Job.objects.filter(pk=self.pk).values("state", "claimed_by", "claim_expires_at").first()
+            if current is None or current["state"] != JobState.RUNNING:
+                return False
+            if not claim_is_stale(current["claimed_by"], current["claim_expires_at"], now):
+                return False
+            updated = Job.objects.filter(
+                pk=self.pk,
+                state=JobState.RUNNING,
+                claimed_by=current["claimed_by"],
+                claim_expires_at=current["claim_expires_at"],
+            ).update(attempts=F("attempts") + 1, claimed_by=me, claim_expires_at=expires, updated_at=now)
+            if not updated:
+                return False
+            JobAttempt.objects.filter(job_id=self.pk, finished_at__isnull=True).update(
+                finished_at=now, outcome=AttemptOutcome.LOST, error="worker lost mid-attempt (killed or timed out)"
+            )
+        self.refresh_from_db()
+        return True
+
+    def mark_succeeded(self, lesson_id: int | None, *, now: datetime | None = None) -> None:
+        self.state = JobState.SUCCEEDED
+        self.lesson_id = lesson_id
+        self.finished_at = now or timezone.now()
+        self.claimed_by, self.claim_expires_at = "", None
+        self._save("state", "lesson", "finished_at", "claimed_by", "claim_expires_at")
+
+    def mark_skipped(self, *, now: datetime | None = None) -> None:
+        self.state = JobState.SKIPPED
+        self.finished_at = now or timezone.now()
+        self.claimed_by, self.claim_expires_at = "", None
+        self._save("state", "finished_at", "claimed_by", "claim_expires_at")
+
+    def mark_retry_wait(self, *, next_attempt_at: datetime, error: str) -> None:
+        self.state = JobState.RETRY_WAIT
+        self.next_attempt_at = next_attempt_at
+        self.last_error = error
+        self.claimed_by, self.claim_expires_at = "", None
+        self._save("state", "next_attempt_at", "last_error", "claimed_by", "claim_expires_at")
+
+    def mark_dead(self, error: str, *, now: datetime | None = None) -> None:
+        self.state = JobState.DEAD
+        if error:
+            self.last_error = error
+        self.finished_at = now or timezone.now()
+        self.claimed_by, self.claim_expires_at = "", None
+        self._save("state", "last_error", "finished_at", "claimed_by", "claim_expires_at")
+
+    def mark_pending_again(self, *, now: datetime | None = None) -> None:
+        """Back from the DLQ (chatcli §6.7): attempts reset, error cleared, due now; enqueued_at kept."""
+        now = now or timezone.now()
+        self.state = JobState.PENDING
+        self.attempts = 0
+        self.last_error = ""
+        self.next_attempt_at = now
+        self.finished_at = None
+        self.dispatched_at = None
+        self._save("state", "attempts", "last_error", "next_attempt_at", "finished_at", "dispatched_at")
+
+    def mark_purged(self) -> None:
+        self.state = JobState.PURGED
+        self.finished_at = timezone.now()
+        self._save("state", "finished_at")
+
+    def mark_expired(self) -> None:
+        self.state = JobState.EXPIRED
+        self.finished_at = timezone.now()
+        self.claimed_by, self.claim_expires_at = "", None
+        self._save("state", "finished_at", "claimed_by", "claim_expires_at")
+
+    def mark_waiting(self, reason: str) -> None:
+        self.waiting_reason = reason
+        self.dispatched_at = None
+        self._save("waiting_reason", "dispatched_at")
+
+
+class AttemptOutcome(models.TextChoices):
+    SUCCESS = "success", "success"
+    SKIPPED = "skipped", "skipped"
+    TRANSIENT = "transient", "transient"
+    PERMANENT = "permanent", "permanent"
+    LOST = "lost", "worker lost"
+
+
+class JobAttempt(models.Model):
+    """One try of a job: when, how it ended, the error, how long it took."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_rows")
+    number = models.PositiveIntegerField()
+    worker = models.CharField(max_length=200, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=20, choices=AttemptOutcome.choices, blank=True)
+    error = models.TextField(blank=True)
+    duration = models.FloatField(null=True, blank=True, help_text="seconds")
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [models.UniqueConstraint(fields=["job", "number"], name="job_attempt_unique_number")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} #{self.number} {self.outcome or 'running'}"
+
+    def finish(self, outcome: str, error: str = "", *, now: datetime | None = None) -> None:
+        now = now or timezone.now()
+        self.finished_at = now
+        self.outcome = outcome
+        self.error = error
+        self.duration = (now - self.started_at).total_seconds()
+        self.save(update_fields=["finished_at", "outcome", "error", "duration"])

@@ -1,0 +1,101 @@
+"""Lesson generation as chatcli does it (spec §9): the prompt layout, the truncation and the tolerant
+parser. The LLM call itself goes through ``lessonboard.llm``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from lessonboard import llm
+
+LESSON_SYSTEM_PROMPT = """You distill engineering lessons from a single AI agent attempt.
+Output a small XML-ish block and nothing else. A lesson must be general enough to help with similar
+future tasks: not a one-off fact, not a play-by-play of what happened.
+If there is nothing to learn (a trivial task, a transient network blip), reply exactly:
+<skip>nothing actionable</skip>
+Otherwise emit all four blocks, one line each. tags is a comma-separated list of 2-5 short lowercase
+keywords (hyphenated if needed).
+
+OUTPUT (verbatim shape):
+<situation>…</situation>
+<mistake>…</mistake>
+<correction>…</correction>
+<tags>tag1, tag2, tag3</tags>"""
+
+MAX_TOKENS = 600  # chatcli's lesson call
+ATTEMPT_LIMIT = 1500
+OUTCOME_LIMIT = 800
+
+NO_BLOCKS = "lesson parser: no recognized blocks in response"
+MISSING_REQUIRED = "lesson parser: missing required blocks (situation, correction)"
+
+_BLOCK = re.compile(r"<(situation|mistake|correction|tags|skip)>(.*?)</", re.DOTALL)
+
+
+class LessonParseError(ValueError):
+    """The model's answer has no usable lesson: permanent (the job goes to the DLQ)."""
+
+
+@dataclass(frozen=True)
+class GeneratedLesson:
+    situation: str
+    mistake: str
+    correction: str
+    tags: list[str] = field(default_factory=list)
+    trigger: str = ""
+
+
+def truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def user_message(*, task: str, attempt: str, outcome: str, trigger: str) -> str:
+    return (
+        f"TASK:\n{task}\n\nATTEMPT:\n{truncate(attempt, ATTEMPT_LIMIT)}\n\n"
+        f"OUTCOME (why we are reflecting):\n{truncate(outcome, OUTCOME_LIMIT)}\n\nTRIGGER: {trigger}"
+    )
+
+
+def messages(*, task: str, attempt: str, outcome: str, trigger: str) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": LESSON_SYSTEM_PROMPT},
+        {"role": "user", "content": user_message(task=task, attempt=attempt, outcome=outcome, trigger=trigger)},
+    ]
+
+
+def parse(text: str, trigger: str) -> GeneratedLesson | None:
+    """The lesson in ``text``; ``None`` for ``<skip>``; ``LessonParseError`` when unusable (§9.2)."""
+    blocks: dict[str, str] = {}
+    for name, body in _BLOCK.findall(text):
+        blocks[name] = body.strip()  # the last occurrence wins
+    if not blocks:
+        raise LessonParseError(NO_BLOCKS)
+    if "skip" in blocks:
+        return None
+    if not blocks.get("situation") or not blocks.get("correction"):
+        raise LessonParseError(MISSING_REQUIRED)
+    tags = [t.strip().lower() for t in blocks.get("tags", "").split(",")]
+    return GeneratedLesson(
+        situation=blocks["situation"],
+        mistake=blocks.get("mistake", ""),
+        correction=blocks["correction"],
+        tags=[t for t in tags if t],
+        trigger=trigger,
+    )
+
+
+def generate(
+    *,
+    task: str,
+    attempt: str,
+    outcome: str,
+    trigger: str,
+    timeout: float | None = None,
+    chat: Callable[..., llm.ChatResult] = llm.chat,
+) -> GeneratedLesson | None:
+    """Ask the LLM for a lesson. Raises the gateway's errors or ``LessonParseError``."""
+    result = chat(
+        messages(task=task, attempt=attempt, outcome=outcome, trigger=trigger), max_tokens=MAX_TOKENS, timeout=timeout
+    )
+    return parse(result.text, trigger)

@@ -1,0 +1,188 @@
+"""``manage.py reflect`` — chatcli's ``/reflect`` (spec §12) for this node's queue.
+
+    reflect                 status: pending jobs and DLQ entries
+    reflect list            pending jobs and the DLQ
+    reflect failed          the DLQ in detail
+    reflect retry <id>      move a DLQ entry back to the queue
+    reflect purge <id>      delete a DLQ entry
+    reflect drain           replay the WAL now
+    reflect <free text>     persist a manual lesson (no LLM, no queue)
+
+``--json`` prints one JSON object instead of chatcli's English lines. Failures exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from lessonq import dlq, reconcile
+from lessonq.models import Job
+from lessonq.paths import dlq as dlq_dir
+from lessonq.paths import wal
+
+MANUAL_MISTAKE = "(user-supplied lesson; no automatic mistake detection)"
+MANUAL_TAGS = ["reflexion", "trigger:manual", "user-supplied"]
+
+
+def cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def go_duration(seconds: float) -> str:
+    """Go's ``Duration.String`` for whole seconds: ``0s``, ``45s``, ``1m5s``, ``3h0m2s``."""
+    s = max(int(seconds), 0)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{h}h{m}m{sec}s"
+    if m:
+        return f"{m}m{sec}s"
+    return f"{sec}s"
+
+
+class Command(BaseCommand):
+    help = "chatcli's /reflect: queue status, list, failed, retry <id>, purge <id>, drain, or a free-text lesson."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("words", nargs="*", help="subcommand and arguments, or the text of a manual lesson")
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+    def handle(self, *args: Any, words: list[str], json: bool = False, **options: Any) -> None:
+        self.as_json = json
+        tokens = " ".join(words).split()
+        if not tokens:
+            return self.status()
+        sub = tokens[0].lower()
+        if sub == "list":
+            return self.list_jobs()
+        if sub == "failed":
+            return self.failed()
+        if sub in ("retry", "purge"):
+            if len(tokens) < 2:
+                raise CommandError(f"usage: /reflect {sub} <job-id>")
+            return self.retry(tokens[1]) if sub == "retry" else self.purge(tokens[1])
+        if sub == "drain":
+            return self.drain()
+        return self.manual(" ".join(words).strip())
+
+    # --- output ---------------------------------------------------------------------------------------
+    def say(self, message: str) -> None:
+        self.stdout.write("  " + message)
+
+    def emit(self, data: dict[str, Any]) -> None:
+        self.stdout.write(_json(data))
+
+    # --- subcommands ----------------------------------------------------------------------------------
+    def status(self) -> None:
+        pending, dead = wal().count(), dlq_dir().count()
+        if self.as_json:
+            return self.emit({"pending": pending, "dlq": dead})
+        self.say(f"reflexion queue: {pending} pending")
+        self.say(f"reflexion DLQ: {dead} entries")
+        self.say("subcommands: /reflect list | failed | retry <id> | purge <id> | drain")
+
+    def list_jobs(self) -> None:
+        now = timezone.now()
+        pending = list(Job.objects.for_this_node().active().order_by("next_attempt_at"))
+        dead = list(dlq.dead_jobs().filter(node=_node()))
+        if self.as_json:
+            return self.emit({"pending": [_job(j) for j in pending], "dlq": [_job(j) for j in dead]})
+        self.say(f"pending ({len(pending)}):")
+        for j in pending:
+            age = go_duration((now - j.enqueued_at).total_seconds())
+            self.stdout.write(f"    {j.pk}  [trigger={j.trigger}  attempts={j.attempts}  age={age}]")
+            self.stdout.write(f"      task: {cut(j.task, 100)}")
+        self.say(f"dead letter queue ({len(dead)}):")
+        for j in dead:
+            self.stdout.write(f"    {j.pk}  [trigger={j.trigger}  attempts={j.attempts}]")
+            if j.last_error:
+                self.stdout.write(f"      last error: {cut(j.last_error, 160)}")
+
+    def failed(self) -> None:
+        dead = list(dlq.dead_jobs().filter(node=_node()))
+        if self.as_json:
+            return self.emit({"dlq": [_job(j) for j in dead]})
+        if not dead:
+            return self.say("DLQ is empty — no failed lessons to review")
+        self.say(f"dead letter queue ({len(dead)}):")
+        for j in dead:
+            enqueued = timezone.localtime(j.enqueued_at).strftime("%Y-%m-%d %H:%M")
+            self.stdout.write(f"    {j.pk}  [trigger={j.trigger}  attempts={j.attempts}  enqueued={enqueued}]")
+            self.stdout.write(f"      task: {cut(j.task, 100)}")
+            if j.last_error:
+                self.stdout.write(f"      last error: {cut(j.last_error, 240)}")
+
+    def retry(self, job_id: str) -> None:
+        try:
+            dlq.retry(job_id, actor="cli")
+        except dlq.DLQError as exc:
+            raise CommandError(f"⚠  retry failed: {exc}") from exc
+        if self.as_json:
+            return self.emit({"job_id": job_id, "status": "requeued"})
+        self.say(f"job {job_id} re-queued")
+
+    def purge(self, job_id: str) -> None:
+        try:
+            dlq.purge(job_id, actor="cli")
+        except dlq.DLQError as exc:
+            raise CommandError(f"⚠  purge failed: {exc}") from exc
+        if self.as_json:
+            return self.emit({"job_id": job_id, "status": "purged"})
+        self.say(f"job {job_id} purged from DLQ")
+
+    def drain(self) -> None:
+        try:
+            report = reconcile.replay()
+        except Exception as exc:
+            raise CommandError(f"⚠  drain failed: {exc}") from exc
+        if self.as_json:
+            return self.emit(report.as_dict())
+        self.say(f"drain complete — {report.dispatched} job(s) re-enqueued from WAL")
+
+    def manual(self, text: str) -> None:
+        from lessons.store import persist_lesson
+
+        result = persist_lesson(
+            situation=text,
+            mistake=MANUAL_MISTAKE,
+            correction=text,
+            tags=list(MANUAL_TAGS),
+            trigger="manual",
+            provenance="user-supplied",
+            actor="cli",
+        )
+        if self.as_json:
+            return self.emit({"lesson_id": result.lesson.pk, "action": result.action})
+        self.say("lesson persisted to long-term memory (category=lesson)")
+
+
+def _node() -> str:
+    from django.conf import settings
+
+    return str(settings.LESSONQ_QUEUE)
+
+
+def _job(j: Job) -> dict[str, Any]:
+    def iso(v: datetime | None) -> str | None:
+        return v.isoformat() if v else None
+
+    return {
+        "id": j.pk,
+        "state": j.state,
+        "trigger": j.trigger,
+        "attempts": j.attempts,
+        "task": j.task,
+        "last_error": j.last_error,
+        "waiting_reason": j.waiting_reason,
+        "enqueued_at": iso(j.enqueued_at),
+        "next_attempt_at": iso(j.next_attempt_at),
+    }
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, sort_keys=True)

@@ -1,0 +1,49 @@
+"""The ten ``chatcli_lessonq_*`` series (spec §8.1), with chatcli's names, types, labels and buckets.
+
+Counters and the histogram are ordinary multiprocess-safe prometheus_client metrics. The three gauges
+are computed at scrape time (``QueueGaugeCollector``) from this node's WAL/DLQ directories and the
+database, so they are right across processes (unlike chatcli, whose WAL and DLQ share one gauge).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+ENQUEUE = Counter("chatcli_lessonq_enqueue_total", "Lesson jobs offered to the queue, by outcome.", ["outcome"])
+PROCESSING_DURATION = Histogram(
+    "chatcli_lessonq_processing_duration_seconds",
+    "Time from dequeue to outcome of one lesson-job attempt.",
+    ["outcome"],
+    buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120),
+)
+ATTEMPTS = Counter("chatcli_lessonq_attempts_total", "Lesson-job attempts, by outcome.", ["outcome"])
+RETRIES = Counter(
+    "chatcli_lessonq_retry_total", "Transient failures scheduled for retry, by attempt number.", ["attempt"]
+)
+WAL_CORRUPTION = Counter("chatcli_lessonq_wal_corruption_total", "Corrupt WAL/DLQ records found (quarantined).")
+STALE_DISCARDED = Counter("chatcli_lessonq_stale_discarded_total", "Replay discards of records older than stale_after.")
+PERSIST_FAILURES = Counter("chatcli_lessonq_persist_failures_total", "Lesson persist errors.")
+
+ENQUEUE_OUTCOMES = ("accepted", "rejected_full", "deduped", "dropped_oldest")
+ATTEMPT_OUTCOMES = ("success", "skipped", "transient", "permanent")
+
+
+class QueueGaugeCollector(Collector):
+    """``queue_depth`` (this node's pending/retry_wait jobs), ``dlq_size`` and ``wal_segments`` (file counts)."""
+
+    def collect(self) -> Iterator[Metric]:
+        from lessonq.models import Job
+        from lessonq.paths import dlq, wal
+
+        try:
+            depth = Job.objects.for_this_node().waiting().count()
+        except Exception:  # the database is down: report the WAL, not an error page
+            depth = wal().count()
+        yield GaugeMetricFamily("chatcli_lessonq_queue_depth", "Queued lesson jobs (excludes in-flight).", value=depth)
+        yield GaugeMetricFamily("chatcli_lessonq_dlq_size", "Records in the dead-letter queue.", value=dlq().count())
+        yield GaugeMetricFamily("chatcli_lessonq_wal_segments", "Records in the active WAL.", value=wal().count())

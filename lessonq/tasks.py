@@ -1,0 +1,54 @@
+"""Celery tasks: ids in, a domain function called, nothing else."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from lessonq import processing, reconcile
+
+# A hard backstop above the per-job timeout (which bounds the LLM call): a child stuck past it is
+# killed, the message redelivered and the lost attempt counted by the next claim.
+_HARD_LIMIT = settings.LESSONQ_JOB_TIMEOUT + 60
+
+
+@shared_task(name="lessonq.tasks.process_job", ignore_result=True, acks_late=True, time_limit=_HARD_LIMIT)
+def process_job(job_id: str) -> str:
+    return processing.process(job_id)
+
+
+@shared_task(name="lessonq.tasks.sweep", ignore_result=True)
+def sweep() -> dict[str, int]:
+    """This node's sweep (runs on ``lessonq.<node>``, next to the WAL)."""
+    return reconcile.sweep().as_dict()
+
+
+@shared_task(name="lessonq.tasks.sweep_all", ignore_result=True)
+def sweep_all() -> list[str]:
+    """Beat entry: fan the sweep out to every known node's queue."""
+    queues = reconcile.known_queues()
+    for queue in queues:
+        sweep.apply_async(queue=queue)
+    return queues
+
+
+@shared_task(name="lessonq.tasks.replay", ignore_result=True)
+def replay() -> dict[str, int]:
+    return reconcile.replay().as_dict()
+
+
+@shared_task(name="lessonq.tasks.retry_dead", ignore_result=True)
+def retry_dead(job_id: str) -> str:
+    """A DLQ retry asked for on another node, run where the DLQ record lives."""
+    from lessonq import dlq
+
+    dlq.retry(job_id, actor="remote")
+    return job_id
+
+
+@shared_task(name="lessonq.tasks.purge_dead", ignore_result=True)
+def purge_dead(job_id: str) -> str:
+    from lessonq import dlq
+
+    dlq.purge(job_id, actor="remote")
+    return job_id

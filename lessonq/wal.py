@@ -1,0 +1,379 @@
+"""chatcli's lessonq WAL (spec §2.4, §4): one framed record per job, ``<dir>/<JobID>.wal``.
+
+Framing (big-endian): ``LSN1`` | payload length | CRC-32 | payload (the JSON envelope) | CRC-32 again.
+The same class serves the active WAL (``wal/``) and the dead-letter queue (``dlq/``).
+
+Unlike chatcli: records are read fully (chatcli loses records over ~4 KiB, §4.4); corrupt or torn
+records are moved to ``quarantine/`` instead of deleted; leftover ``.tmp.`` files are removed only
+after a grace period, so a listing never races an append in flight; and appends use ``link()`` rather
+than ``rename()`` so that two processes appending the same JobID at once produce one record and
+exactly one of them learns it was new.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import struct
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lessonq import gojson
+from lessonq.jobid import go_trim
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"LSN1"
+HEADER = struct.Struct(">4sII")
+TRAILER = struct.Struct(">I")
+MAX_PAYLOAD = 16 << 20  # 16 MiB, chatcli's limit
+RECORD_VERSION = 1
+SUFFIX = ".wal"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+DIR_MODE = 0o750
+FILE_MODE = 0o600
+_SEQ = itertools.count(1)  # per process, like chatcli's per-instance counter: temp names never collide
+_SEQ_LOCK = threading.Lock()
+
+
+class WalError(Exception):
+    pass
+
+
+class PayloadTooLarge(WalError):
+    def __init__(self, size: int) -> None:
+        super().__init__(f"payload too large ({size} bytes)")
+        self.size = size
+
+
+class CorruptRecord(WalError):
+    pass
+
+
+@dataclass(frozen=True)
+class WalJob:
+    """chatcli's ``LessonJob`` (§2.3): the request plus its retry state."""
+
+    id: str
+    task: str = ""
+    attempt: str = ""
+    outcome: str = ""
+    trigger: str = ""
+    enqueued_at: datetime = gojson.GO_ZERO_TIME
+    next_attempt_at: datetime = gojson.GO_ZERO_TIME
+    attempts: int = 0
+    last_error: str = ""
+
+    def envelope(self) -> dict[str, Any]:
+        return {
+            "v": RECORD_VERSION,
+            "job": {
+                "ID": self.id,
+                "Request": {
+                    "Task": self.task,
+                    "Attempt": self.attempt,
+                    "Outcome": self.outcome,
+                    "Trigger": self.trigger,
+                },
+                "EnqueuedAt": gojson.format_time(self.enqueued_at),
+                "NextAttemptAt": gojson.format_time(self.next_attempt_at),
+                "Attempts": self.attempts,
+                "LastError": self.last_error,
+            },
+        }
+
+    def payload(self) -> bytes:
+        return gojson.dumps(self.envelope()).encode("utf-8")
+
+    def with_retry(self, *, attempts: int, next_attempt_at: datetime, last_error: str) -> WalJob:
+        return replace(self, attempts=attempts, next_attempt_at=next_attempt_at, last_error=last_error)
+
+
+# --- framing ------------------------------------------------------------------------------------------
+def frame(payload: bytes) -> bytes:
+    crc = zlib.crc32(payload)
+    return HEADER.pack(MAGIC, len(payload), crc) + payload + TRAILER.pack(crc)
+
+
+def unframe(data: bytes) -> bytes:
+    """The payload of a framed record, or ``CorruptRecord`` naming what is wrong (chatcli's wording)."""
+    if len(data) < HEADER.size:
+        raise CorruptRecord("short header")
+    magic, length, crc = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CorruptRecord(f"bad magic {magic!r}")
+    if length == 0 or length > MAX_PAYLOAD:
+        raise CorruptRecord(f"bad payload length {length}")
+    payload = data[HEADER.size : HEADER.size + length]
+    if len(payload) != length:
+        raise CorruptRecord("truncated payload")
+    if zlib.crc32(payload) != crc:
+        raise CorruptRecord("leading crc mismatch")
+    trailer = data[HEADER.size + length : HEADER.size + length + TRAILER.size]
+    if len(trailer) != TRAILER.size or TRAILER.unpack(trailer)[0] != crc:
+        raise CorruptRecord("trailing crc mismatch (torn write?)")
+    return payload
+
+
+def decode(payload: bytes) -> WalJob:
+    """Parse an envelope as Go's ``encoding/json`` would: keys case-insensitive, unknown keys ignored,
+    missing keys zero; ``v`` must be 1."""
+    import json
+
+    try:
+        data = json.loads(payload)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptRecord(f"bad json: {exc}") from exc
+    if not isinstance(data, dict):
+        raise CorruptRecord("envelope is not an object")
+    env = _fold(data)
+    version = env.get("v", 0)
+    if version != RECORD_VERSION:
+        raise CorruptRecord(f"unsupported record version {version}")
+    job = _fold(env.get("job") or {})
+    req = _fold(job.get("request") or {})
+    try:
+        enqueued = _time(job.get("enqueuedat"))
+        return WalJob(
+            id=_str(job.get("id")),
+            task=_str(req.get("task")),
+            attempt=_str(req.get("attempt")),
+            outcome=_str(req.get("outcome")),
+            trigger=_str(req.get("trigger")),
+            # A zero EnqueuedAt becomes the Unix epoch so that stale filtering discards it (as chatcli).
+            enqueued_at=EPOCH if enqueued == gojson.GO_ZERO_TIME else enqueued,
+            next_attempt_at=_time(job.get("nextattemptat")),
+            attempts=int(job.get("attempts") or 0),
+            last_error=_str(job.get("lasterror")),
+        )
+    except (TypeError, ValueError) as exc:
+        raise CorruptRecord(f"bad job fields: {exc}") from exc
+
+
+def _fold(obj: Any) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise CorruptRecord("expected an object")
+    return {str(k).lower(): v for k, v in obj.items()}
+
+
+def _str(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _time(value: Any) -> datetime:
+    if value in (None, ""):
+        return gojson.GO_ZERO_TIME
+    return gojson.parse_time(_str(value))
+
+
+# --- the directory -----------------------------------------------------------------------------------
+@dataclass
+class Listing:
+    jobs: list[WalJob] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    tmp_removed: int = 0
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:  # pragma: no cover - some filesystems refuse; chatcli only logs too
+        log.warning("lessonq: fsync of %s failed: %s", path, exc)
+    finally:
+        os.close(fd)
+
+
+class Wal:
+    """One WAL directory (active or DLQ). Safe across threads and processes."""
+
+    def __init__(self, directory: Path, *, quarantine_dir: Path, tmp_grace: float = 600.0) -> None:
+        self.dir = Path(directory)
+        self.quarantine_dir = Path(quarantine_dir)
+        self.tmp_grace = tmp_grace
+        for d in (self.dir, self.quarantine_dir):
+            d.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+
+    def path(self, job_id: str) -> Path:
+        job_id = go_trim(job_id)
+        if not job_id or "/" in job_id or "\x00" in job_id or job_id.startswith("."):
+            raise WalError("lessonq wal: empty JobID" if not job_id else f"lessonq wal: bad JobID {job_id!r}")
+        return self.dir / f"{job_id}{SUFFIX}"
+
+    def exists(self, job_id: str) -> bool:
+        return self.path(job_id).exists()
+
+    def _write_tmp(self, job_id: str, data: bytes) -> Path:
+        with _SEQ_LOCK:
+            seq = next(_SEQ)
+        tmp = self.dir / f"{job_id}.tmp.{os.getpid()}.{seq}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        return tmp
+
+    def _encode(self, job: WalJob) -> bytes:
+        payload = job.payload()
+        if len(payload) > MAX_PAYLOAD:
+            raise PayloadTooLarge(len(payload))
+        return frame(payload)
+
+    def append(self, job: WalJob) -> bool:
+        """Write a new record durably; ``False`` (and nothing written) when ``<id>.wal`` already exists."""
+        from lessonq import faults
+
+        final = self.path(job.id)
+        if final.exists():
+            return False
+        tmp = self._write_tmp(job.id, self._encode(job))
+        faults.point("wal.append.after_tmp")
+        try:
+            os.link(tmp, final)  # atomic and never overwrites: the loser of a race sees FileExistsError
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+        fsync_dir(self.dir)
+        return True
+
+    def update(self, job: WalJob) -> None:
+        """Overwrite the record (retry state) with the same tmp → fsync → rename → dir fsync path."""
+        tmp = self._write_tmp(job.id, self._encode(job))
+        try:
+            os.replace(tmp, self.path(job.id))
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        fsync_dir(self.dir)
+
+    def put_bytes(self, job_id: str, data: bytes) -> bool:
+        """Adopt an already framed record (import) with append's no-overwrite semantics."""
+        final = self.path(job_id)
+        if final.exists():
+            return False
+        tmp = self._write_tmp(job_id, data)
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+        fsync_dir(self.dir)
+        return True
+
+    def ack(self, job_id: str) -> None:
+        """Delete the record; a missing one is success."""
+        if not go_trim(job_id):
+            return
+        try:
+            self.path(job_id).unlink()
+        except FileNotFoundError:
+            return
+        fsync_dir(self.dir)
+
+    def move_to(self, job_id: str, directory: Path) -> Path | None:
+        """Rename the record into ``directory`` (archive); ``None`` when there is no record."""
+        directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        target = directory / f"{go_trim(job_id)}{SUFFIX}"
+        try:
+            os.replace(self.path(job_id), target)
+        except FileNotFoundError:
+            return None
+        fsync_dir(directory)
+        fsync_dir(self.dir)
+        return target
+
+    def read(self, job_id: str) -> WalJob | None:
+        """The record, ``None`` when absent; ``CorruptRecord`` when unreadable (left in place)."""
+        try:
+            data = self.path(job_id).read_bytes()
+        except FileNotFoundError:
+            return None
+        return decode(unframe(data))
+
+    def quarantine(self, path: Path, reason: str) -> str:
+        self.quarantine_dir.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        target = self.quarantine_dir / f"{self.dir.name}-{path.name}"
+        n = 1
+        while target.exists():
+            n += 1
+            target = self.quarantine_dir / f"{self.dir.name}-{path.name}.{n}"
+        try:
+            os.replace(path, target)
+        except FileNotFoundError:
+            return ""
+        fsync_dir(self.quarantine_dir)
+        log.warning("lessonq: corrupt record %s quarantined as %s: %s", path, target, reason)
+        from lessonq import metrics
+
+        metrics.WAL_CORRUPTION.inc()
+        return target.name
+
+    def names(self) -> list[str]:
+        try:
+            return sorted(
+                e.name
+                for e in os.scandir(self.dir)
+                if e.is_file() and e.name.endswith(SUFFIX) and ".tmp." not in e.name
+            )
+        except FileNotFoundError:
+            return []
+
+    def count(self) -> int:
+        return len(self.names())
+
+    def list(self) -> Listing:
+        """Every readable record, oldest ``EnqueuedAt`` first; corrupt ones are quarantined (and counted),
+        temp files older than the grace period removed. One bad file never aborts the scan."""
+        listing = Listing()
+        now = time.time()
+        try:
+            entries = sorted(os.scandir(self.dir), key=lambda e: e.name)
+        except FileNotFoundError:
+            return listing
+        for entry in entries:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            path = Path(entry.path)
+            if ".tmp." in entry.name:
+                try:
+                    if now - entry.stat().st_mtime > self.tmp_grace:
+                        path.unlink(missing_ok=True)
+                        listing.tmp_removed += 1
+                except FileNotFoundError:
+                    pass
+                continue
+            if not entry.name.endswith(SUFFIX):
+                continue
+            try:
+                job = decode(unframe(path.read_bytes()))
+                if job.id != entry.name[: -len(SUFFIX)]:
+                    raise CorruptRecord(f"record id {job.id!r} does not match its file name")
+            except FileNotFoundError:
+                continue
+            except CorruptRecord as exc:
+                name = self.quarantine(path, str(exc))
+                if name:
+                    listing.quarantined.append(name)
+                continue
+            listing.jobs.append(job)
+        listing.jobs.sort(key=lambda j: j.enqueued_at)
+        return listing

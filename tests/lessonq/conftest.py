@@ -1,0 +1,56 @@
+"""Queue fixtures: an isolated WAL base dir and node per test, and real lesson workers."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.processes import CeleryWorker, subprocess_env
+
+LESSON = "<situation>edit large file</situation><mistake>full rewrite</mistake><correction>use Edit</correction><tags>go, edit-file</tags>"
+
+
+@pytest.fixture
+def queue_dir(settings: Any, tmp_path: Path) -> Path:
+    """A fresh LESSONQ_BASE_DIR and a node name of its own (so no other worker takes our messages)."""
+    base = tmp_path / "lessonq"
+    for sub in ("wal", "dlq", "quarantine", "expired"):
+        (base / sub).mkdir(parents=True)
+    node = "q3" + uuid.uuid4().hex[:8]
+    settings.LESSONQ_BASE_DIR = base
+    settings.NODE_NAME = node
+    settings.LESSONQ_QUEUE = f"lessonq.{node}"
+    settings.LESSONQ_INITIAL_DELAY = 0.05
+    settings.LESSONQ_JITTER = 0.0
+    settings.LESSONQ_REDISPATCH_AFTER = 1.0
+    return base
+
+
+@pytest.fixture
+def lesson_worker(
+    start_worker: Callable[..., CeleryWorker], queue_dir: Path, settings: Any
+) -> Callable[..., CeleryWorker]:
+    """``lesson_worker(**env)`` → a real worker on this test's node queue, its WAL in ``queue_dir``."""
+
+    def start(base: Path | None = None, node: str | None = None, concurrency: int = 1, **env: str) -> CeleryWorker:
+        node = node or settings.NODE_NAME
+        values = {
+            "LESSONQ_BASE_DIR": str(base or queue_dir),
+            "LESSONBOARD_NODE": node,
+            "LESSONQ_INITIAL_DELAY": "50ms",
+            "LESSONQ_JITTER": "0",
+            "LESSONQ_REDISPATCH_AFTER": "1s",
+            "LESSONBOARD_LLM_TIMEOUT": "5s",
+        }
+        if settings.LLM_BASE_URL:
+            values.update(LESSONBOARD_LLM_BASE_URL=settings.LLM_BASE_URL, LESSONBOARD_LLM_MODEL=settings.LLM_MODEL)
+        values.update(env)
+        return start_worker(
+            queues=[f"lessonq.{node}"], env=subprocess_env(**values), concurrency=concurrency, hostname=f"{node}@%h"
+        )
+
+    return start

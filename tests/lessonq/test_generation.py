@@ -1,0 +1,73 @@
+"""Lesson prompt layout and parser (spec §9, §19.5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lessonq.generation import LessonParseError, messages, parse, user_message
+
+
+def test_it_lays_out_the_user_message_like_chatcli() -> None:
+    text = user_message(task="T", attempt="a" * 1501, outcome="o" * 800, trigger="error")
+    assert (
+        text
+        == f"TASK:\nT\n\nATTEMPT:\n{'a' * 1500}...\n\nOUTCOME (why we are reflecting):\n{'o' * 800}\n\nTRIGGER: error"
+    )
+    msgs = messages(task="T", attempt="é" * 1600, outcome="x", trigger="manual")
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    assert "<skip>nothing actionable</skip>" in msgs[0]["content"]
+    assert "é" * 1500 + "...\n" in msgs[1]["content"]
+
+
+def test_it_parses_a_canned_lesson() -> None:
+    lesson = parse(
+        "<situation>edit large file</situation><mistake>m</mistake><correction>c</correction><tags>go, edit-file</tags>",
+        "error",
+    )
+    assert lesson is not None
+    assert (lesson.situation, lesson.tags, lesson.trigger) == ("edit large file", ["go", "edit-file"], "error")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "<tags>Go, Edit-File, Large</tags><situation>s</situation><correction>c</correction>",
+            ["go", "edit-file", "large"],
+        ),
+        (
+            "<tags> Go , ,EDIT-File,go </tags><situation>s</situation><correction>c</correction>",
+            ["go", "edit-file", "go"],
+        ),
+        ("<situation>s</situation><correction>c</correction><tags>a, b", []),
+    ],
+)
+def test_it_normalises_tags(text: str, expected: list[str]) -> None:
+    lesson = parse(text, "error")
+    assert lesson is not None and lesson.tags == expected
+
+
+def test_it_follows_the_tolerance_rules() -> None:
+    assert parse("<skip></skip><situation>s</situation><correction>c</correction>", "error") is None
+    assert parse("<skip>nothing actionable</skip>", "error") is None
+    lesson = parse("<situation> a  b </wrong><correction>c</correction>", "error")
+    assert lesson is not None and lesson.situation == "a  b"
+    lesson = parse("<situation>1</situation><situation>2</situation><correction>c</correction>", "error")
+    assert lesson is not None and lesson.situation == "2"
+    lesson = parse("<situation>see </b> here</situation><correction>c</correction>", "error")
+    assert lesson is not None and lesson.situation == "see"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("<situation>x</situation>", "missing required blocks"),
+        ("<situation></situation><correction>c</correction>", "missing required blocks"),
+        ("<SITUATION>x</SITUATION><CORRECTION>y</CORRECTION>", "no recognized blocks"),
+        ("<skip>never closed", "no recognized blocks"),
+        ("plain prose", "no recognized blocks"),
+    ],
+)
+def test_it_rejects_unusable_answers(text: str, message: str) -> None:
+    with pytest.raises(LessonParseError, match=message):
+        parse(text, "error")
