@@ -42,7 +42,7 @@ def check_broker() -> tuple[bool, str]:
     from lessonboard.celery import app
 
     try:
-        with app.connection_for_write() as conn:
+        with app.connection_for_write(url) as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
         return True, f"reachable ({conn.transport_cls})"
     except Exception as exc:

@@ -15,6 +15,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/whoami", api_views.whoami, name="api-whoami"),
     path("api/v1/workspaces", api_views.workspaces, name="api-workspaces"),
+    path("", include("lessonboard.audit_urls")),
     path("", include("lessons.urls")),
     path("", include("lessonq.urls")),
     path("", include("refine.urls")),

@@ -1,0 +1,37 @@
+import pytest
+from django.utils import timezone
+
+from lessonboard.models import AuditEvent
+from lessonboard.pagination import decode_cursor, encode_cursor, keyset_page
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_returns_every_row_exactly_once_when_timestamps_tie():
+    same = timezone.now()
+    AuditEvent.objects.bulk_create([AuditEvent(action=f"a{i}", created_at=same) for i in range(23)])
+    AuditEvent.objects.bulk_create([AuditEvent(action="older", created_at=same - timezone.timedelta(seconds=1))])
+    seen, cursor, pages = [], None, 0
+    while True:
+        page = keyset_page(AuditEvent.objects.all(), cursor=cursor, size=5, time_field="created_at", pk_field="id")
+        seen.extend(e.pk for e in page.rows)
+        pages += 1
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert sorted(seen) == sorted(AuditEvent.objects.values_list("pk", flat=True))
+    assert len(seen) == len(set(seen)) == 24
+    assert pages == 5
+    assert AuditEvent.objects.get(pk=seen[-1]).action == "older"
+
+
+def test_a_garbled_cursor_starts_from_the_top():
+    AuditEvent.objects.create(action="x")
+    page = keyset_page(AuditEvent.objects.all(), cursor="%%%not-base64", size=5, time_field="created_at", pk_field="id")
+    assert [e.action for e in page.rows] == ["x"]
+    assert decode_cursor("bm9waXBl") is None
+
+
+def test_cursors_round_trip():
+    now = timezone.now()
+    assert decode_cursor(encode_cursor(now, 42)) == (now, "42")
