@@ -77,10 +77,12 @@ def test_the_preview_counts_a_selection_with_its_eligibility(client_as: Any, ali
     pending = jobs(state=JobState.PENDING)
     remote = jobs(node="lessonq.elsewhere")
     ids = [j.id for j in [*dead, pending, remote]] + ["00000000000000ff"]
-    response = client_as(alice).post("/queue/bulk/preview?scope=selection", {"kind": "retry", "ids": ids, "tab": "dead"})
+    response = client_as(alice).post(
+        "/queue/bulk/preview?scope=selection", {"kind": "retry", "ids": ids, "tab": "dead"}
+    )
     html = response.content.decode()
     assert response.status_code == 200
-    assert 'data-matched>4<' in html and 'data-eligible>3<' in html and "<strong data-will-run>3<" in html
+    assert "data-matched>4<" in html and "data-eligible>3<" in html and "<strong data-will-run>3<" in html
     assert "not dead: pending" in html and "not found" in html and "On node lessonq.elsewhere" in html
     assert all(state(j) == JobState.DEAD for j in dead)  # a preview changes nothing
     assert not BulkAction.objects.exists()
@@ -91,8 +93,12 @@ def test_the_preview_over_a_filter_shows_the_cap(client_as: Any, alice: Any, job
     for _ in range(3):
         jobs(agent="codex")
     jobs(agent="other")
-    html = client_as(alice).post("/queue/bulk/preview?scope=filter", {"kind": "purge", "tab": "dead", "agent": "codex"}).content.decode()
-    assert 'data-matched>3<' in html and "data-over-cap>1 left" in html and "<strong data-will-run>2<" in html
+    html = (
+        client_as(alice)
+        .post("/queue/bulk/preview?scope=filter", {"kind": "purge", "tab": "dead", "agent": "codex"})
+        .content.decode()
+    )
+    assert "data-matched>3<" in html and "data-over-cap>1 left" in html and "<strong data-will-run>2<" in html
     assert 'name="agent" value="codex"' in html and "data-confirm=" in html  # purge asks once more
 
 

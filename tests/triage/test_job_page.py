@@ -26,7 +26,9 @@ def test_it_shows_the_request_attempts_and_decoded_dlq_record(client_as: Any, ca
     assert "Retry</button>" not in html  # a viewer gets no buttons
 
 
-def test_it_shows_a_pending_jobs_wal_record_and_no_record_for_finished_ones(client_as: Any, carol: Any, jobs: Any) -> None:
+def test_it_shows_a_pending_jobs_wal_record_and_no_record_for_finished_ones(
+    client_as: Any, carol: Any, jobs: Any
+) -> None:
     pending = jobs(state=JobState.PENDING)
     wal().append(pending.wal_job())
     html = client_as(carol).get(f"/queue/jobs/{pending.id}/").content.decode()
@@ -47,10 +49,15 @@ def test_it_finds_similar_dead_jobs_and_lessons(client_as: Any, alice: Any, jobs
     near = jobs(task="x", error="permanent: open go.mod: no such file or directory (module mode)")
     other = jobs(task="y", error="lessonq: job timed out")
     persist_lesson(
-        situation="parse the go.mod file of a module", mistake="assumed go.mod exists in the working directory",
-        correction="locate go.mod with go env GOMOD first", tags=["go"], trigger="error",
+        situation="parse the go.mod file of a module",
+        mistake="assumed go.mod exists in the working directory",
+        correction="locate go.mod with go env GOMOD first",
+        tags=["go"],
+        trigger="error",
     )
-    persist_lesson(situation="write a haiku", mistake="too many syllables", correction="count", tags=[], trigger="error")
+    persist_lesson(
+        situation="write a haiku", mistake="too many syllables", correction="count", tags=[], trigger="error"
+    )
     html = client_as(alice).get(f"/queue/jobs/{job.id}/").content.decode()
     assert "1 other dead job</a> with the same error fingerprint" in html
     assert same.id in html and near.id in html and other.id not in html
