@@ -23,6 +23,7 @@ class JobFilterForm(forms.Form):
     group = forms.RegexField(regex=r"^[0-9a-f]{16}$", required=False, label="Error group")
     newer = forms.ChoiceField(choices=AGE_CHOICES, required=False, label="Newer than")
     older = forms.ChoiceField(choices=AGE_CHOICES, required=False, label="Older than")
+    died = forms.ChoiceField(choices=AGE_CHOICES, required=False, label="Finished within")
     sort = forms.ChoiceField(choices=list(SORTS.items()), required=False)
 
     def job_filter(self) -> JobFilter:

@@ -79,6 +79,7 @@ class JobFilter:
     group: str = ""
     newer: str = ""  # enqueued within this age (AGES key)
     older: str = ""  # enqueued before this age
+    died: str = ""  # finished (died) within this age: what the error groups' windows count
     q: str = ""
     sort: str = "newest"
 
@@ -104,6 +105,8 @@ class JobFilter:
             qs = qs.filter(enqueued_at__gte=now - AGES[self.newer])
         if self.older in AGES:
             qs = qs.filter(enqueued_at__lt=now - AGES[self.older])
+        if self.died in AGES:
+            qs = qs.filter(finished_at__gte=now - AGES[self.died])
         if self.q:
             qs = qs.filter(text_search(self.q))
         return qs

@@ -248,7 +248,7 @@ def groups(request: HttpRequest) -> HttpResponse:
                 "group": g,
                 "all_url": _queue_url({"tab": "dead", "group": g.fingerprint}),
                 "windows": [
-                    (name, n, _queue_url({"tab": "dead", "group": g.fingerprint, "newer": name}))
+                    (name, n, _queue_url({"tab": "dead", "group": g.fingerprint, "died": name}))
                     for name, n in g.windows.items()
                 ],
             }
