@@ -248,7 +248,8 @@ def error_groups(*, limit: int = 200, now: datetime | None = None) -> list[Error
     if cached is not None:
         return [ErrorGroup(**g) for g in cached][:limit]
     now = now or timezone.now()
-    rows = (
+    since = {name: now - delta for name, delta in WINDOWS}
+    rows: list[Any] = list(
         Job.objects.dead()
         .order_by()
         .values("fingerprint", "trigger")
@@ -256,7 +257,9 @@ def error_groups(*, limit: int = 200, now: datetime | None = None) -> list[Error
             total=Count("id"),
             last_seen=Max("finished_at"),
             signature=Max("error_signature"),
-            **{f"w{name}": Count("id", filter=Q(finished_at__gte=now - delta)) for name, delta in WINDOWS},
+            w1h=Count("id", filter=Q(finished_at__gte=since["1h"])),
+            w24h=Count("id", filter=Q(finished_at__gte=since["24h"])),
+            w7d=Count("id", filter=Q(finished_at__gte=since["7d"])),
         )
         .order_by("-w24h", "-total", "fingerprint")[:limit]
     )
@@ -294,7 +297,7 @@ class Preview:
         return max(0, self.eligible - self.cap)
 
 
-STATE_REASONS = {
+STATE_REASONS: dict[str, str] = {
     JobState.PENDING: "not dead: pending",
     JobState.RUNNING: "not dead: running",
     JobState.RETRY_WAIT: "not dead: waiting to retry",
@@ -313,7 +316,7 @@ def preview(
     it), and the capped list of ids that would run, in the page's order."""
     cap = settings.LESSONQ_BULK_CAP
     result = Preview(kind=kind, scope=scope, cap=cap)
-    by_state = dict(jobs.order_by().values_list("state").annotate(n=Count("id")))
+    by_state: dict[str, int] = dict(jobs.order_by().values_list("state").annotate(n=Count("id")))
     result.matched = sum(by_state.values())
     if requested is not None and requested > result.matched:
         result.ineligible["not found"] = requested - result.matched

@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -141,7 +142,7 @@ def job_purge(request: HttpRequest, job_id: str) -> HttpResponse:
     return redirect(_back(request, reverse("queue:index") + "?tab=dead"))
 
 
-def _bulk_scope(form: BulkForm) -> tuple[triage.JobFilter, object, int | None]:
+def _bulk_scope(form: BulkForm) -> tuple[triage.JobFilter, QuerySet[Job], int | None]:
     flt = form.job_filter()
     if form.cleaned_data["scope"] == "selection":
         return flt, Job.objects.filter(pk__in=form.ids), len(set(form.ids))
@@ -164,7 +165,7 @@ def bulk_preview(request: HttpRequest) -> HttpResponse:
         jobs,
         scope=form.cleaned_data["scope"],
         sort=flt.sort,
-        requested=requested,  # type: ignore[arg-type]
+        requested=requested,
     )
     context = {
         "form": form,
@@ -186,7 +187,7 @@ def bulk_start(request: HttpRequest) -> HttpResponse:
         return render(request, "queue/bulk_preview.html", {"form": form, "preview": None}, status=400)
     flt, jobs, requested = _bulk_scope(form)
     kind, scope = form.cleaned_data["kind"], form.cleaned_data["scope"]
-    preview = triage.preview(kind, jobs, scope=scope, sort=flt.sort, requested=requested)  # type: ignore[arg-type]
+    preview = triage.preview(kind, jobs, scope=scope, sort=flt.sort, requested=requested)
     if not preview.run_ids:
         messages.error(request, "Nothing eligible to act on (only dead jobs can be retried or purged).")
         return redirect(_queue_url(flt.as_dict()))
