@@ -16,6 +16,7 @@ from django.utils import timezone
 from lessonq.models import Job, JobAttempt, JobState
 from lessonq.paths import dlq
 from tests.lessonq.conftest import queue_dir  # noqa: F401  (re-exported fixture)
+from tests.support.processes import CeleryWorker, subprocess_env
 
 _n = itertools.count()
 
@@ -80,3 +81,15 @@ def jobs(queue_dir: Path) -> Callable[..., Job]:  # noqa: F811
 
 def hx(client: Any, path: str, data: Any = None) -> Any:
     return client.get(path, data or {}, headers={"HX-Request": "true"})
+
+
+@pytest.fixture
+def bulk_worker(
+    start_worker: Callable[..., CeleryWorker],
+    queue_dir: Path,  # noqa: F811
+    settings: Any,
+) -> CeleryWorker:
+    """A real worker for this test's node (same WAL dir), consuming a bulk queue of its own."""
+    settings.LESSONQ_BULK_QUEUE = f"triage-{settings.NODE_NAME}"
+    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE_NAME)
+    return start_worker(queues=[settings.LESSONQ_BULK_QUEUE], env=env, hostname=f"bulk-{settings.NODE_NAME}@%h")

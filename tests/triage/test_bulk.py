@@ -4,8 +4,6 @@ cap, per-item results, cancel, audit rows, and the progress fragment that stops 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,19 +15,9 @@ from lessonq import bulk
 from lessonq.models import Job, JobState
 from lessonq.paths import dlq, wal
 from lessonq.triage_models import BulkAction, BulkItem, BulkState
-from tests.support.processes import CeleryWorker, subprocess_env
+from tests.support.processes import CeleryWorker
 from tests.support.wait import wait_for
 from tests.triage.conftest import hx
-
-worker_test = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
-
-
-@pytest.fixture
-def bulk_worker(start_worker: Callable[..., CeleryWorker], queue_dir: Path, settings: Any) -> CeleryWorker:
-    """A real worker for this test's node (same WAL dir), consuming a bulk queue of its own."""
-    settings.LESSONQ_BULK_QUEUE = f"triage-{settings.NODE_NAME}"
-    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE_NAME)
-    return start_worker(queues=[settings.LESSONQ_BULK_QUEUE], env=env, hostname=f"bulk-{settings.NODE_NAME}@%h")
 
 
 def finished(bulk_id: int) -> BulkAction | None:
