@@ -108,3 +108,38 @@ def test_the_preview_rejects_bad_ids_and_empty_selections(client_as: Any, alice:
     assert bad.status_code == 400 and "invalid job id" in bad.content.decode()
     empty = client.post("/queue/bulk/preview?scope=selection", {"kind": "retry"})
     assert empty.status_code == 400 and "Select at least one job" in empty.content.decode()
+
+
+def test_the_admin_lists_bulk_actions_and_retention_runs(
+    client_as: Any, admin_user: Any, alice: Any, jobs: Any
+) -> None:
+    from lessonq import bulk
+
+    action = bulk.start("retry", [jobs().id], scope="selection", filter={"tab": "dead"}, matched=1, user=alice)
+    client = client_as(admin_user)
+    assert client.get("/admin/queue/bulkaction/").status_code == 200
+    assert client.get(f"/admin/queue/bulkaction/{action.pk}/change/").status_code == 200
+    assert client.get("/admin/queue/retentionrun/").status_code == 200
+
+
+def test_the_bulk_page_renders_in_full_and_polls_while_unfinished(
+    client_as: Any, carol: Any, alice: Any, jobs: Any
+) -> None:
+    from lessonq import bulk
+
+    action = bulk.start(
+        "purge", [jobs().id], scope="filter", filter={"tab": "dead", "agent": "x"}, matched=1, user=alice
+    )
+    html = client_as(carol).get(f"/queue/bulk/{action.pk}/").content.decode()
+    assert "<html" in html and "Bulk purge #" in html and "data-poll" in html and "agent=x" in html
+    assert 'hx-trigger="every 1s, visible-again from:body"' in html
+
+
+def test_the_retention_task_is_scheduled_and_registered(settings: Any) -> None:
+    from lessonboard.celery import app
+
+    app.loader.import_default_modules()
+    assert settings.CELERY_BEAT_SCHEDULE["lessonq-retention"]["task"] == "lessonq.retention.enforce_all"
+    assert {"lessonq.retention.enforce_all", "lessonq.retention.enforce", "lessonq.bulk.run_bulk_action"} <= set(
+        app.tasks
+    )
