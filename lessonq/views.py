@@ -59,10 +59,12 @@ def index(request: HttpRequest) -> HttpResponse:
         "job_base": reverse("queue:job", args=["0" * 16]).replace("0" * 16 + "/", ""),
         "here": request.get_full_path(),
     }
-    template = (
-        "queue/index.html#results" if _is_htmx(request) and request.GET.get("part") != "page" else "queue/index.html"
-    )
-    return render(request, template, context)
+    if _is_htmx(request):
+        # The results, plus the tab bar out of band so its links keep the new filter.
+        html = render_to_string("queue/index.html#results", context, request=request)
+        html += render_to_string("queue/index.html#tabs", {**context, "oob": True}, request=request)
+        return HttpResponse(html)
+    return render(request, "queue/index.html", context)
 
 
 def _tabs(flt: triage.JobFilter) -> list[dict[str, object]]:

@@ -40,6 +40,7 @@ def test_it_answers_htmx_with_the_results_fragment_only(client_as: Any, alice: A
     html = response.content.decode()
     assert response.status_code == 200 and "<html" not in html
     assert html.lstrip().startswith('<section id="results"') and job.id in html and "Retry selected" in html
+    assert '<nav id="tabs" class="tabs" aria-label="Job states" hx-swap-oob="true"' in html  # tab links follow
 
 
 def test_it_serves_live_counts_as_a_polling_fragment(client_as: Any, carol: Any, jobs: Any) -> None:
