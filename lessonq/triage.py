@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -415,20 +416,31 @@ def similar_dead_jobs(job: Job, *, limit: int = 10) -> tuple[int, list[Job], lis
 
 
 def similar_lessons(job: Job, *, limit: int = 5) -> tuple[str, list[Any]]:
-    """ "Seen this before?" over the lesson store: ``(method, lessons)``.
+    """ "Seen this before?" over the lesson store: ``(method, lessons)``, each lesson with a
+    ``similarity`` attribute.
 
-    The switch point for the lead: when ``lessons.retrieval`` (hybrid FTS + vector search) lands, call
-    it here. Until then: trigram similarity of the lesson content to the job's task and normalised
-    error (``lessons`` has no index for it; the store is small next to the queue)."""
+    The one switch point: with ``lessons.retrieval`` (the lessons issue's hybrid search) present, its
+    full-text and tag branches fused by RRF — not the vector branch, which would call the embeddings
+    endpoint from a page view. Without it: trigram similarity of the lesson content to the job's task
+    and normalised error (no index; the store is small next to the queue)."""
     from lessons.models import Lesson
 
     probe = f"{job.task[:500]}\n{job.error_signature}".strip()
     if not probe:
-        return "trigram", []
+        return "none", []
+    try:
+        retrieval = importlib.import_module("lessons.retrieval")
+    except ImportError:
+        retrieval = None
+    if retrieval is not None and hasattr(retrieval, "search"):
+        hits = retrieval.search(probe, k=limit, branches=("text", "tags")).hits
+        for hit in hits:
+            hit.lesson.similarity = hit.score
+        return "hybrid search: full text + tags, RRF", [hit.lesson for hit in hits]
     lessons = list(
         Lesson.objects.active()
         .annotate(similarity=TrigramSimilarity("content", probe))
         .filter(similarity__gt=0.08)
         .order_by("-similarity", "-id")[:limit]
     )
-    return "trigram", lessons
+    return "trigram similarity", lessons
