@@ -390,3 +390,24 @@ for _sub in ("wal", "dlq", "quarantine", "expired"):
     (LESSONQ_BASE_DIR / _sub).mkdir(mode=0o750, parents=True, exist_ok=True)
 READINESS_DIRS = [*globals().get("READINESS_DIRS", []), LESSONQ_BASE_DIR / "wal", LESSONQ_BASE_DIR / "dlq"]
 CELERY_BEAT_SCHEDULE["lessonq-sweep"] = {"task": "lessonq.tasks.sweep_all", "schedule": LESSONQ_SWEEP_INTERVAL}
+
+# --- DLQ triage pages (issue 5) -------------------------------------------------------------------------
+LESSONQ_TRIAGE_PAGE_SIZE = env.integer("LESSONQ_TRIAGE_PAGE_SIZE", 50, minimum=1)
+# Bulk retry/purge over a selection or a filter runs at most this many jobs (Oban Web caps at 1,000,
+# Mission Control at 3,000; ours runs in the background with progress and cancel).
+LESSONQ_BULK_CAP = env.integer("LESSONQ_BULK_CAP", 10_000, minimum=1)
+LESSONQ_BULK_QUEUE = env.text("LESSONQ_BULK_QUEUE", "default")  # the Celery queue bulk actions run on
+# Tab counts are cached (shared by every viewer) this long; above LESSONQ_EXACT_COUNT_LIMIT they are
+# PostgreSQL's planner estimate, shown with "≈".
+LESSONQ_COUNTS_TTL = env.duration("LESSONQ_COUNTS_TTL", 5.0, minimum=0)
+LESSONQ_EXACT_COUNT_LIMIT = env.integer("LESSONQ_EXACT_COUNT_LIMIT", 10_000, minimum=1)
+LESSONQ_DONE_WINDOW = env.duration("LESSONQ_DONE_WINDOW", 24 * 3600.0, minimum=1)  # the "Done (recent)" tab
+# Retention (Sidekiq: dead_max_jobs 10,000 / dead_timeout_in_seconds 180 days): dead jobs beyond the cap
+# (oldest first) or the age are archived under LESSONQ_BASE_DIR/archive/ — exported, never deleted.
+LESSONQ_DLQ_MAX = env.integer("LESSONQ_DLQ_MAX", 10_000, minimum=1)
+LESSONQ_DLQ_MAX_AGE = env.duration("LESSONQ_DLQ_MAX_AGE", 180 * 86400.0, minimum=0)  # 0 = no age limit
+LESSONQ_RETENTION_INTERVAL = env.duration("LESSONQ_RETENTION_INTERVAL", 3600.0, minimum=1)
+CELERY_BEAT_SCHEDULE["lessonq-retention"] = {
+    "task": "lessonq.retention.enforce_all",
+    "schedule": LESSONQ_RETENTION_INTERVAL,
+}

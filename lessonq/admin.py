@@ -59,3 +59,6 @@ class JobAttemptAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: object) -> bool:
         return False
+
+
+from lessonq import triage_admin  # noqa: E402,F401  (issue 5: bulk actions and retention runs)

@@ -20,6 +20,7 @@ class QueueConfig(AppConfig):
 
         if not any(isinstance(c, metrics.QueueGaugeCollector) for c in project_metrics.EXTRA_COLLECTORS):
             project_metrics.EXTRA_COLLECTORS.append(metrics.QueueGaugeCollector())
+        _register_triage_collector(project_metrics.EXTRA_COLLECTORS)  # issue 5
         SECTIONS.extend(
             [
                 Count("Lesson queue", "Pending jobs", lambda: Job.objects.waiting().count(), None),
@@ -30,6 +31,13 @@ class QueueConfig(AppConfig):
         )
         worker_ready.connect(_replay_at_worker_start, weak=False, dispatch_uid="lessonq-replay")
         worker_shutting_down.connect(_bound_the_drain, weak=False, dispatch_uid="lessonq-drain")
+
+
+def _register_triage_collector(collectors: list[Any]) -> None:
+    from lessonq.triage_metrics import TriageCollector
+
+    if not any(isinstance(c, TriageCollector) for c in collectors):
+        collectors.append(TriageCollector())
 
 
 def _replay_at_worker_start(sender: Any = None, **_: Any) -> None:

@@ -13,7 +13,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from lessonboard.models import AgentToken, Workspace
-from lessonq import gojson
+from lessonq import fingerprints, gojson
 from lessonq.wal import WalJob
 
 
@@ -119,6 +119,14 @@ class Job(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # DLQ triage (issue 5): the normalised last error and its group key, kept by PostgreSQL (generated
+    # columns, see lessonq/fingerprints.py), so every write path fills them.
+    error_signature = models.GeneratedField(
+        expression=fingerprints.signature_expression(), output_field=models.TextField(), db_persist=True
+    )
+    fingerprint = models.GeneratedField(
+        expression=fingerprints.fingerprint_expression(), output_field=models.CharField(max_length=16), db_persist=True
+    )
 
     objects = JobQuerySet.as_manager()
 
@@ -285,3 +293,6 @@ class JobAttempt(models.Model):
         self.error = error
         self.duration = (now - self.started_at).total_seconds()
         self.save(update_fields=["finished_at", "outcome", "error", "duration"])
+
+
+from lessonq.triage_models import BulkAction, BulkItem, RetentionRun  # noqa: E402,F401  (issue 5: DLQ triage)

@@ -52,3 +52,7 @@ def purge_dead(job_id: str) -> str:
 
     dlq.purge(job_id, actor="remote")
     return job_id
+
+
+# DLQ triage (issue 5): register its tasks with the worker (autodiscovery imports this module only).
+from lessonq import bulk, retention  # noqa: E402,F401

@@ -1,0 +1,149 @@
+"""Bulk retry/purge in the background: the operator confirms a preview, the ids are frozen into
+``BulkItem`` rows (capped by ``LESSONQ_BULK_CAP``), and a Celery task on the ``default`` queue runs them
+one by one through ``lessonq.dlq`` — recording each item's result, advancing the progress counters,
+and stopping between items when cancelled. The whole run is one audit event with its filter and the
+per-item results (each single retry/purge is audited by ``lessonq.dlq`` as well)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from lessonboard.models import AuditEvent
+from lessonq import dlq
+from lessonq.models import Job
+from lessonq.triage import forget_counts
+from lessonq.triage_models import BulkAction, BulkItem, BulkKind, BulkState, ItemOutcome
+
+CHUNK = 25  # items per progress write and cancel check
+
+
+def start(
+    kind: str, job_ids: list[str], *, scope: str, filter: dict[str, Any], matched: int, user: Any = None
+) -> BulkAction:
+    """Create the bulk action with its frozen, capped item list and queue its run after commit."""
+    if kind not in BulkKind.values:
+        raise ValueError(f"unknown bulk action {kind!r}")
+    cap = settings.LESSONQ_BULK_CAP
+    job_ids = job_ids[:cap]
+    with transaction.atomic():
+        bulk = BulkAction.objects.create(
+            kind=kind,
+            scope=scope,
+            filter=filter,
+            matched=matched,
+            cap=cap,
+            total=len(job_ids),
+            created_by=user if getattr(user, "is_authenticated", False) else None,
+        )
+        BulkItem.objects.bulk_create(
+            [BulkItem(bulk=bulk, position=i, job_id=job_id) for i, job_id in enumerate(job_ids)], batch_size=2000
+        )
+        transaction.on_commit(lambda: run_bulk_action.apply_async(args=[bulk.pk], queue=settings.LESSONQ_BULK_QUEUE))
+    return bulk
+
+
+def run(bulk_id: int) -> str:
+    """Run a queued bulk action to the end (or until cancelled). Idempotent: a second delivery finds
+    it no longer queued and returns; items already done are never run twice."""
+    now = timezone.now()
+    claimed = BulkAction.objects.filter(pk=bulk_id, state=BulkState.QUEUED).update(
+        state=BulkState.RUNNING, started_at=now
+    )
+    if not claimed:
+        return "not queued"
+    bulk = BulkAction.objects.select_related("created_by").get(pk=bulk_id)
+    action = dlq.retry if bulk.kind == BulkKind.RETRY else dlq.purge
+    reason = f"bulk {bulk.kind} #{bulk.pk}"
+    try:
+        while True:
+            if BulkAction.objects.filter(pk=bulk_id, state=BulkState.CANCELLING).exists():
+                break
+            items = list(BulkItem.objects.filter(bulk_id=bulk_id, outcome="").order_by("position")[:CHUNK])
+            if not items:
+                break
+            ok = failed = 0
+            for item in items:
+                item.outcome, item.message = _run_one(action, item.job_id, user=bulk.created_by, reason=reason)
+                ok += item.outcome != ItemOutcome.FAILED
+                failed += item.outcome == ItemOutcome.FAILED
+            BulkItem.objects.bulk_update(items, ["outcome", "message"])
+            BulkAction.objects.filter(pk=bulk_id).update(
+                processed=F("processed") + len(items), succeeded=F("succeeded") + ok, failed=F("failed") + failed
+            )
+            forget_counts()
+    except Exception as exc:  # record, then let Celery log it: the operator sees "failed" with the reason
+        _finish(bulk_id, BulkState.FAILED, error=f"{type(exc).__name__}: {exc}")
+        raise
+    cancelled = BulkAction.objects.filter(pk=bulk_id, state=BulkState.CANCELLING).exists()
+    return _finish(bulk_id, BulkState.CANCELLED if cancelled else BulkState.DONE)
+
+
+def _run_one(action: Any, job_id: str, *, user: Any, reason: str) -> tuple[str, str]:
+    try:
+        before = Job.objects.filter(pk=job_id).values_list("node", flat=True).first()
+        action(job_id, user=user, reason=reason)
+    except dlq.DLQError as exc:
+        return ItemOutcome.FAILED, str(exc)
+    except Exception as exc:  # one bad item (a full disk, a broker hiccup) does not stop the others
+        return ItemOutcome.FAILED, f"{type(exc).__name__}: {exc}"
+    if before and before != settings.LESSONQ_QUEUE:
+        return ItemOutcome.SENT, f"sent to {before}"
+    return ItemOutcome.DONE, ""
+
+
+def _finish(bulk_id: int, state: str, *, error: str = "") -> str:
+    now = timezone.now()
+    BulkItem.objects.filter(bulk_id=bulk_id, outcome="").update(outcome=ItemOutcome.CANCELLED)
+    BulkAction.objects.filter(pk=bulk_id).update(state=state, finished_at=now, error=error)
+    bulk = BulkAction.objects.select_related("created_by").get(pk=bulk_id)
+    items = list(
+        BulkItem.objects.filter(bulk_id=bulk_id).order_by("position").values_list("job_id", "outcome", "message")
+    )
+    AuditEvent.record(
+        f"queue.bulk_{bulk.kind}",
+        user=bulk.created_by,
+        object_type="queue.job",
+        object_ids=[job_id for job_id, _, _ in items],
+        filter={"scope": bulk.scope, **bulk.filter},
+        result={
+            "bulk": bulk.pk,
+            "state": state,
+            "matched": bulk.matched,
+            "cap": bulk.cap,
+            "succeeded": bulk.succeeded,
+            "failed": bulk.failed,
+            "cancelled": sum(1 for _, outcome, _ in items if outcome == ItemOutcome.CANCELLED),
+            "items": {job_id: (f"{outcome}: {message}" if message else outcome) for job_id, outcome, message in items},
+            **({"error": error} if error else {}),
+        },
+        reason=f"bulk {bulk.kind} #{bulk.pk}",
+    )
+    forget_counts()
+    return state
+
+
+def cancel(bulk: BulkAction, *, user: Any = None) -> str:
+    """Cancel a bulk action (audited); see ``BulkAction.request_cancel``."""
+    outcome = bulk.request_cancel()
+    if outcome:
+        AuditEvent.record(
+            "queue.bulk_cancel",
+            user=user,
+            object_type="queue.bulk",
+            object_ids=[bulk.pk],
+            result={"outcome": outcome, "processed": bulk.processed, "total": bulk.total},
+        )
+    if outcome == "cancelled":  # never started: close it here, with its audit row and per-item results
+        _finish(bulk.pk, BulkState.CANCELLED)
+    return outcome
+
+
+@shared_task(name="lessonq.bulk.run_bulk_action", ignore_result=True, acks_late=True)
+def run_bulk_action(bulk_id: int) -> str:
+    return run(bulk_id)

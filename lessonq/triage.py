@@ -1,0 +1,446 @@
+"""DLQ triage: the queue page's tabs, filters, keyset pages and cached counts; error groups; the
+eligibility preview of a bulk action; "seen this before?"; the WAL record behind a job.
+
+Everything here reads; the actions are ``lessonq.dlq`` (one job) and ``lessonq.bulk`` (many).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import importlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.postgres.search import TrigramSimilarity
+from django.core.cache import cache
+from django.db import connection
+from django.db.models import Count, Max, Q, QuerySet
+from django.utils import timezone
+
+from lessonboard.models import AuditEvent
+from lessonq.models import Job, JobState
+from lessonq.paths import base, dlq, expired_dir, wal
+from lessonq.wal import WalError
+
+# --- tabs ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tab:
+    slug: str
+    label: str
+    states: tuple[str, ...]
+    recent: bool = False  # only jobs finished within LESSONQ_DONE_WINDOW
+
+
+TABS: dict[str, Tab] = {
+    t.slug: t
+    for t in (
+        Tab("pending", "Pending", (JobState.PENDING, JobState.RUNNING)),
+        Tab("retrying", "Retrying", (JobState.RETRY_WAIT,)),
+        Tab("dead", "Dead", (JobState.DEAD,)),
+        Tab("done", "Done (recent)", (JobState.SUCCEEDED, JobState.SKIPPED, JobState.PURGED), recent=True),
+        Tab("expired", "Expired", (JobState.EXPIRED,)),
+    )
+}
+DEFAULT_TAB = "dead"
+
+
+def tab_jobs(tab: Tab, *, now: datetime | None = None) -> QuerySet[Job]:
+    qs = Job.objects.filter(state__in=tab.states)
+    if tab.recent:
+        qs = qs.filter(finished_at__gte=(now or timezone.now()) - timedelta(seconds=settings.LESSONQ_DONE_WINDOW))
+    return qs
+
+
+# --- filters (kept in the URL by the page's form) --------------------------------------------------------
+
+AGES: dict[str, timedelta] = {
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
+SORTS = {"newest": "newest first", "oldest": "oldest first", "attempts": "most attempts"}
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """The page's filter; ``as_dict`` is what goes into the URL and the audit log."""
+
+    tab: str = DEFAULT_TAB
+    trigger: str = ""
+    agent: str = ""
+    workspace: str = ""
+    group: str = ""
+    newer: str = ""  # enqueued within this age (AGES key)
+    older: str = ""  # enqueued before this age
+    died: str = ""  # finished (died) within this age: what the error groups' windows count
+    q: str = ""
+    sort: str = "newest"
+
+    def as_dict(self) -> dict[str, str]:
+        return {k: v for k, v in self.__dict__.items() if v and not (k == "sort" and v == "newest")}
+
+    @property
+    def narrowed(self) -> bool:
+        return any(k not in ("tab", "sort") for k in self.as_dict())
+
+    def apply(self, *, now: datetime | None = None) -> QuerySet[Job]:
+        now = now or timezone.now()
+        qs = tab_jobs(TABS[self.tab], now=now)
+        if self.trigger:
+            qs = qs.filter(trigger=self.trigger)
+        if self.agent:
+            qs = qs.filter(agent=self.agent)
+        if self.workspace:
+            qs = qs.filter(workspace__slug=self.workspace)
+        if self.group:
+            qs = qs.filter(fingerprint=self.group)
+        if self.newer in AGES:
+            qs = qs.filter(enqueued_at__gte=now - AGES[self.newer])
+        if self.older in AGES:
+            qs = qs.filter(enqueued_at__lt=now - AGES[self.older])
+        if self.died in AGES:
+            qs = qs.filter(finished_at__gte=now - AGES[self.died])
+        if self.q:
+            qs = qs.filter(text_search(self.q))
+        return qs
+
+
+def text_search(q: str) -> Q:
+    """Substring search over task and last error, or a job id. ``icontains`` compiles to
+    ``UPPER(col) LIKE UPPER('%q%')``, which the trigram GIN indexes on ``UPPER(task)`` and
+    ``UPPER(last_error)`` (migration 0100_triage) serve."""
+    return Q(task__icontains=q) | Q(last_error__icontains=q) | Q(pk=q.strip().lower())
+
+
+# --- keyset pages ----------------------------------------------------------------------------------------
+
+ORDERINGS: dict[str, tuple[tuple[str, bool], ...]] = {  # (field, descending)
+    "newest": (("enqueued_at", True), ("id", True)),
+    "oldest": (("enqueued_at", False), ("id", False)),
+    "attempts": (("attempts", True), ("enqueued_at", True), ("id", True)),
+}
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[Job]
+    next_cursor: str | None
+
+
+def _encode(values: list[Any]) -> str:
+    raw = json.dumps([v.isoformat() if isinstance(v, datetime) else v for v in values])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode(cursor: str, keys: tuple[tuple[str, bool], ...]) -> list[Any] | None:
+    try:
+        values = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not isinstance(values, list) or len(values) != len(keys):
+            return None
+        return [
+            datetime.fromisoformat(v) if name.endswith("_at") else v for v, (name, _) in zip(values, keys, strict=True)
+        ]
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        return None  # a hand-edited cursor starts from the top
+
+
+def after(keys: tuple[tuple[str, bool], ...], values: list[Any]) -> Q:
+    """Rows strictly after ``values`` in the ordering ``keys``: the first key bounds the index range,
+    the expansion breaks ties (equal timestamps) on the following keys down to the primary key."""
+    (first, first_desc) = keys[0]
+    condition = Q(**{f"{first}__{'lte' if first_desc else 'gte'}": values[0]})
+    expansion = Q()
+    for i, (name, desc) in enumerate(keys):
+        equal = {k: v for (k, _), v in zip(keys[:i], values[:i], strict=True)}
+        expansion |= Q(**equal, **{f"{name}__{'lt' if desc else 'gt'}": values[i]})
+    return condition & expansion
+
+
+def keyset(qs: QuerySet[Job], *, sort: str, cursor: str | None, size: int) -> Page:
+    keys = ORDERINGS.get(sort, ORDERINGS["newest"])
+    qs = qs.order_by(*[f"-{name}" if desc else name for name, desc in keys])
+    values = _decode(cursor, keys) if cursor else None
+    if values is not None:
+        qs = qs.filter(after(keys, values))
+    rows = list(qs.select_related("workspace")[: size + 1])
+    if len(rows) <= size:
+        return Page(rows, None)
+    rows = rows[:size]
+    return Page(rows, _encode([getattr(rows[-1], name) for name, _ in keys]))
+
+
+# --- counts: cached for everyone, estimated when big -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TabCount:
+    value: int
+    estimated: bool = False
+
+
+def estimate(qs: QuerySet[Any]) -> int:
+    """PostgreSQL's planner estimate of the rows ``qs`` returns (no scan)."""
+    sql, params = qs.query.sql_with_params()
+    with connection.cursor() as cur:
+        cur.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        plan = cur.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+def capped_count(qs: QuerySet[Any], *, limit: int | None = None) -> TabCount:
+    """Exact up to ``limit`` (a LIMITed count stops early); above it, the planner's estimate."""
+    limit = limit or settings.LESSONQ_EXACT_COUNT_LIMIT
+    exact = qs.order_by()[: limit + 1].count()
+    if exact <= limit:
+        return TabCount(exact)
+    return TabCount(max(estimate(qs.order_by()), limit), estimated=True)
+
+
+COUNTS_KEY = "lessonq:triage:tab-counts"
+
+
+def tab_counts(*, fresh: bool = False) -> dict[str, TabCount]:
+    """Counts per tab, shared between viewers through the cache for ``LESSONQ_COUNTS_TTL`` (so N open
+    tabs polling cost one set of queries per TTL, not N)."""
+    if not fresh:
+        cached = cache.get(COUNTS_KEY)
+        if cached is not None:
+            return {slug: TabCount(*pair) for slug, pair in cached.items()}
+    counts = {slug: capped_count(tab_jobs(tab)) for slug, tab in TABS.items()}
+    cache.set(COUNTS_KEY, {s: (c.value, c.estimated) for s, c in counts.items()}, settings.LESSONQ_COUNTS_TTL)
+    return counts
+
+
+def forget_counts() -> None:
+    """After an action: the next poll shows the change instead of a cached number."""
+    cache.delete_many([COUNTS_KEY, GROUPS_KEY])
+
+
+# --- error groups ------------------------------------------------------------------------------------------
+
+WINDOWS = (("1h", timedelta(hours=1)), ("24h", timedelta(hours=24)), ("7d", timedelta(days=7)))
+GROUPS_KEY = "lessonq:triage:groups"
+
+
+@dataclass(frozen=True)
+class ErrorGroup:
+    fingerprint: str
+    trigger: str
+    signature: str
+    total: int
+    windows: dict[str, int]
+    last_seen: datetime | None
+
+
+def error_groups(*, limit: int = 200, now: datetime | None = None) -> list[ErrorGroup]:
+    """Dead jobs grouped by fingerprint (trigger + normalised error), with counts over 1 h / 24 h / 7 d
+    by time of death; busiest in the last 24 h first. Cached like the tab counts."""
+    cached = cache.get(GROUPS_KEY) if now is None else None
+    if cached is not None:
+        return [ErrorGroup(**g) for g in cached][:limit]
+    now = now or timezone.now()
+    since = {name: now - delta for name, delta in WINDOWS}
+    rows: list[Any] = list(
+        Job.objects.dead()
+        .order_by()
+        .values("fingerprint", "trigger")
+        .annotate(
+            total=Count("id"),
+            last_seen=Max("finished_at"),
+            signature=Max("error_signature"),
+            w1h=Count("id", filter=Q(finished_at__gte=since["1h"])),
+            w24h=Count("id", filter=Q(finished_at__gte=since["24h"])),
+            w7d=Count("id", filter=Q(finished_at__gte=since["7d"])),
+        )
+        .order_by("-w24h", "-total", "fingerprint")[:limit]
+    )
+    groups = [
+        ErrorGroup(
+            fingerprint=r["fingerprint"],
+            trigger=r["trigger"],
+            signature=r["signature"] or "(no error text)",
+            total=r["total"],
+            windows={name: r[f"w{name}"] for name, _ in WINDOWS},
+            last_seen=r["last_seen"],
+        )
+        for r in rows
+    ]
+    cache.set(GROUPS_KEY, [g.__dict__ for g in groups], settings.LESSONQ_COUNTS_TTL)
+    return groups
+
+
+# --- eligibility preview of a bulk action -------------------------------------------------------------------
+
+
+@dataclass
+class Preview:
+    kind: str
+    scope: str  # "selection" or "filter"
+    matched: int = 0
+    eligible: int = 0
+    remote: dict[str, int] = field(default_factory=dict)  # node -> eligible jobs whose record lives there
+    ineligible: dict[str, int] = field(default_factory=dict)  # reason -> count
+    cap: int = 0
+    run_ids: list[str] = field(default_factory=list)  # the ids that will run (eligible, capped)
+
+    @property
+    def over_cap(self) -> int:
+        return max(0, self.eligible - self.cap)
+
+
+STATE_REASONS: dict[str, str] = {
+    JobState.PENDING: "not dead: pending",
+    JobState.RUNNING: "not dead: running",
+    JobState.RETRY_WAIT: "not dead: waiting to retry",
+    JobState.SUCCEEDED: "already succeeded",
+    JobState.SKIPPED: "skipped (nothing actionable)",
+    JobState.PURGED: "already purged",
+    JobState.EXPIRED: "expired",
+}
+
+
+def preview(
+    kind: str, jobs: QuerySet[Job], *, scope: str, sort: str = "newest", requested: int | None = None
+) -> Preview:
+    """What a bulk ``kind`` over ``jobs`` would do: how many match, how many are eligible (dead), which
+    are not and why, how many are on another node (their record lives there: the action is sent to
+    it), and the capped list of ids that would run, in the page's order."""
+    cap = settings.LESSONQ_BULK_CAP
+    result = Preview(kind=kind, scope=scope, cap=cap)
+    by_state: dict[str, int] = dict(jobs.order_by().values_list("state").annotate(n=Count("id")))
+    result.matched = sum(by_state.values())
+    if requested is not None and requested > result.matched:
+        result.ineligible["not found"] = requested - result.matched
+    for state, n in by_state.items():
+        if state == JobState.DEAD:
+            result.eligible = n
+        else:
+            result.ineligible[STATE_REASONS.get(state, state)] = n
+    dead = jobs.filter(state=JobState.DEAD)
+    result.remote = dict(
+        dead.exclude(node=settings.LESSONQ_QUEUE).order_by().values_list("node").annotate(n=Count("id"))
+    )
+    keys = ORDERINGS.get(sort, ORDERINGS["newest"])
+    ordered = dead.order_by(*[f"-{name}" if desc else name for name, desc in keys])
+    result.run_ids = list(ordered.values_list("pk", flat=True)[:cap])
+    return result
+
+
+# --- job detail ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordInfo:
+    location: str  # "wal", "dlq", "expired", "archive", "" (none), or "node:<queue>"
+    path: Path | None = None
+    size: int | None = None
+    contents: str = ""
+    error: str = ""
+
+
+def record_info(job: Job) -> RecordInfo:
+    """Where the job's WAL record lives, its size and its decoded envelope (records live on the node
+    that accepted the job: for another node's job only the location is known here)."""
+    if job.node != settings.LESSONQ_QUEUE:
+        return RecordInfo(location=f"node:{job.node}")
+    candidates: list[tuple[str, Path]] = [
+        ("wal", wal().path(job.id)),
+        ("dlq", dlq().path(job.id)),
+        ("expired", expired_dir() / f"{job.id}.wal"),
+        *[("archive", p) for p in sorted((base() / "archive").glob(f"*/{job.id}.wal"))],
+    ]
+    for location, path in candidates:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        from lessonq.wal import decode, unframe
+
+        try:
+            contents = json.dumps(decode(unframe(data)).envelope(), indent=2, ensure_ascii=False)
+        except (WalError, ValueError) as exc:
+            return RecordInfo(location, path, len(data), error=f"unreadable: {exc}")
+        return RecordInfo(location, path, len(data), contents)
+    return RecordInfo(location="")
+
+
+@dataclass(frozen=True)
+class Event:
+    at: datetime
+    what: str
+    detail: str = ""
+    tone: str = ""
+
+
+def timeline(job: Job) -> list[Event]:
+    events = [Event(job.enqueued_at, "enqueued", f"trigger {job.trigger}")]
+    for a in job.attempt_rows.all():
+        events.append(Event(a.started_at, f"attempt {a.number} started", a.worker))
+        if a.finished_at:
+            tone = "ok" if a.outcome in ("success", "skipped") else "bad"
+            events.append(Event(a.finished_at, f"attempt {a.number}: {a.outcome}", a.error[:300], tone))
+    for e in AuditEvent.objects.filter(object_type="queue.job", object_ids__contains=[job.id]).select_related(
+        "actor_user", "actor_token"
+    )[:50]:
+        events.append(Event(e.created_at, e.action, f"by {e.actor}: {e.result.get('outcome', '')} {e.reason}".strip()))
+    if job.finished_at:
+        events.append(Event(job.finished_at, job.get_state_display(), "", "bad" if job.state == JobState.DEAD else ""))
+    return sorted(events, key=lambda e: e.at)
+
+
+def similar_dead_jobs(job: Job, *, limit: int = 10) -> tuple[int, list[Job], list[Job]]:
+    """Same fingerprint (count and newest few), and dead jobs whose signature is trigram-similar."""
+    same = Job.objects.dead().filter(fingerprint=job.fingerprint).exclude(pk=job.pk)
+    count = same.count()
+    newest = list(same.order_by("-finished_at", "-id")[:limit])
+    similar: list[Job] = []
+    if job.error_signature:
+        similar = list(
+            Job.objects.dead()
+            .exclude(fingerprint=job.fingerprint)
+            .filter(error_signature__trigram_similar=job.error_signature)
+            .annotate(similarity=TrigramSimilarity("error_signature", job.error_signature))
+            .order_by("-similarity", "-id")[:limit]
+        )
+    return count, newest, similar
+
+
+def similar_lessons(job: Job, *, limit: int = 5) -> tuple[str, list[Any]]:
+    """ "Seen this before?" over the lesson store: ``(method, lessons)``, each lesson with a
+    ``similarity`` attribute.
+
+    The one switch point: with ``lessons.retrieval`` (the lessons issue's hybrid search) present, its
+    full-text and tag branches fused by RRF — not the vector branch, which would call the embeddings
+    endpoint from a page view. Without it: trigram similarity of the lesson content to the job's task
+    and normalised error (no index; the store is small next to the queue)."""
+    from lessons.models import Lesson
+
+    probe = f"{job.task[:500]}\n{job.error_signature}".strip()
+    if not probe:
+        return "none", []
+    try:
+        retrieval = importlib.import_module("lessons.retrieval")
+    except ImportError:
+        retrieval = None
+    if retrieval is not None and hasattr(retrieval, "search"):
+        hits = retrieval.search(probe, k=limit, branches=("text", "tags")).hits
+        for hit in hits:
+            hit.lesson.similarity = hit.score
+        return "hybrid search: full text + tags, RRF", [hit.lesson for hit in hits]
+    lessons = list(
+        Lesson.objects.active()
+        .annotate(similarity=TrigramSimilarity("content", probe))
+        .filter(similarity__gt=0.08)
+        .order_by("-similarity", "-id")[:limit]
+    )
+    return "trigram similarity", lessons

@@ -1,0 +1,167 @@
+"""The queue page: tabs with cached counts, filters in the URL, search, sort, keyset pages."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.utils import timezone
+
+from lessonq import triage
+from lessonq.models import Job, JobState
+from tests.factories import WorkspaceFactory
+from tests.triage.conftest import hx
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counts() -> None:
+    cache.delete_many([triage.COUNTS_KEY, triage.GROUPS_KEY])
+
+
+def test_it_renders_the_full_page_with_tabs_and_counts(client_as: Any, carol: Any, jobs: Any) -> None:
+    jobs(state=JobState.DEAD)
+    jobs(state=JobState.DEAD)
+    jobs(state=JobState.PENDING)
+    response = client_as(carol).get("/queue/")
+    html = response.content.decode()
+    assert response.status_code == 200 and "<html" in html
+    assert 'data-count="dead">2<' in html and 'data-count="pending">1<' in html
+    assert 'href="/queue/">Queue</a>' in html or ">Queue</a>" in html  # the nav entry
+    assert "Retry selected" not in html  # a viewer sees no action buttons
+
+
+def test_it_answers_htmx_with_the_results_fragment_only(client_as: Any, alice: Any, jobs: Any) -> None:
+    job = jobs(task="a dead one")
+    response = hx(client_as(alice), "/queue/", {"tab": "dead"})
+    html = response.content.decode()
+    assert response.status_code == 200 and "<html" not in html
+    assert html.lstrip().startswith('<section id="results"') and job.id in html and "Retry selected" in html
+    assert '<nav id="tabs" class="tabs" aria-label="Job states" hx-swap-oob="true"' in html  # tab links follow
+
+
+def test_it_serves_live_counts_as_a_polling_fragment(client_as: Any, carol: Any, jobs: Any) -> None:
+    jobs()
+    html = hx(client_as(carol), "/queue/counts").content.decode()
+    assert "<html" not in html and "data-poll" in html and "every 10s, visible-again from:body" in html
+    assert 'data-count="dead">1<' in html
+
+
+def test_it_caches_counts_for_every_viewer_and_forgets_them_after_an_action(
+    client_as: Any, alice: Any, carol: Any, jobs: Any, settings: Any
+) -> None:
+    settings.LESSONQ_COUNTS_TTL = 60
+    job = jobs()
+    assert triage.tab_counts()["dead"].value == 1
+    jobs()
+    assert 'data-count="dead">1<' in hx(client_as(carol), "/queue/counts").content.decode()  # cached
+    client_as(alice).post(f"/queue/jobs/{job.id}/purge")
+    assert 'data-count="dead">1<' in hx(client_as(carol), "/queue/counts").content.decode()  # 2 - 1 purged
+
+
+def test_it_estimates_counts_above_the_exact_limit(jobs: Any, settings: Any) -> None:
+    settings.LESSONQ_EXACT_COUNT_LIMIT = 3
+    for _ in range(5):
+        jobs()
+    jobs(state=JobState.PENDING)
+    counts = triage.tab_counts(fresh=True)
+    assert counts["dead"].estimated and counts["dead"].value >= 3
+    assert counts["pending"] == triage.TabCount(1, estimated=False)
+
+
+def test_it_filters_by_trigger_agent_workspace_group_age_and_text(client_as: Any, carol: Any, jobs: Any) -> None:
+    now = timezone.now()
+    ws = WorkspaceFactory(slug="billing")
+    target = jobs(
+        task="migrate the invoices table",
+        error="permanent: disk quota exceeded on /srv/db/x",
+        trigger="hallucination",
+        agent="codex",
+        workspace=ws,
+        enqueued_at=now - timedelta(hours=2),
+    )
+    docs = jobs(
+        task="write docs",
+        error="permanent: disk quota exceeded on /srv/db/y",
+        agent="claude",
+        enqueued_at=now - timedelta(days=3),
+    )
+    jobs(task="unrelated", error="permanent: something else", enqueued_at=now - timedelta(minutes=5))
+    client = client_as(carol)
+
+    def ids(**params: str) -> set[str]:
+        html = hx(client, "/queue/", {"tab": "dead", **params}).content.decode()
+        return {j.id for j in Job.objects.all() if f'data-job="{j.id}"' in html}
+
+    assert ids(trigger="hallucination") == {target.id}
+    assert ids(agent="codex") == {target.id}
+    assert ids(workspace="billing") == {target.id}
+    assert ids(group=Job.objects.get(pk=target.id).fingerprint) == {target.id}  # same error, other trigger
+    sibling = jobs(
+        task="more docs", error="permanent: disk quota exceeded on /srv/db/z", enqueued_at=now - timedelta(days=2)
+    )
+    assert ids(group=Job.objects.get(pk=docs.id).fingerprint) == {docs.id, sibling.id}
+    assert ids(newer="24h", older="1h") == {target.id}
+    assert ids(q="INVOICES") == {target.id}  # case-insensitive, in the task
+    assert len(ids(q="quota exceeded")) == 3  # in the error
+    assert ids(q=target.id) == {target.id}
+    assert len(ids()) == 4
+
+
+def test_it_keeps_the_filter_in_next_page_links(client_as: Any, carol: Any, jobs: Any, settings: Any) -> None:
+    settings.LESSONQ_TRIAGE_PAGE_SIZE = 2
+    for _ in range(3):
+        jobs(agent="codex")
+    html = client_as(carol).get("/queue/", {"tab": "dead", "agent": "codex", "sort": "attempts"}).content.decode()
+    assert "agent=codex" in html and "sort=attempts" in html and "after=" in html
+
+
+def test_it_sorts_by_attempts(client_as: Any, carol: Any, jobs: Any) -> None:
+    few, many = jobs(attempts=1), jobs(attempts=4)
+    html = hx(client_as(carol), "/queue/", {"tab": "dead", "sort": "attempts"}).content.decode()
+    assert html.index(many.id) < html.index(few.id)
+
+
+@pytest.mark.parametrize("sort", ["newest", "oldest", "attempts"])
+def test_it_returns_every_row_exactly_once_across_pages_with_equal_timestamps(jobs: Any, sort: str) -> None:
+    same = timezone.now().replace(microsecond=0) - timedelta(hours=1)
+    made = {jobs(enqueued_at=same + timedelta(seconds=i % 3), attempts=1 + i % 2, record=False).id for i in range(47)}
+    jobs(state=JobState.PENDING, enqueued_at=same)  # another tab: never listed
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = triage.keyset(triage.JobFilter(tab="dead", sort=sort).apply(), sort=sort, cursor=cursor, size=5)
+        seen.extend(j.id for j in page.rows)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert len(seen) == len(made) and set(seen) == made
+
+
+def test_it_starts_from_the_top_on_a_hand_edited_cursor(client_as: Any, carol: Any, jobs: Any) -> None:
+    job = jobs()
+    response = client_as(carol).get("/queue/", {"tab": "dead", "after": "not-a-cursor!"})
+    assert response.status_code == 200 and job.id in response.content.decode()
+
+
+def test_it_escapes_job_text(client_as: Any, carol: Any, jobs: Any) -> None:
+    jobs(task="<script>alert(1)</script>", error="<img src=x onerror=alert(1)>")
+    html = client_as(carol).get("/queue/").content.decode()
+    assert "<script>alert(1)" not in html and "&lt;script&gt;" in html and "<img src=x" not in html
+
+
+def test_it_uses_the_trigram_index_for_text_search(jobs: Any) -> None:
+    from django.db import connection
+
+    jobs(task="needle in a haystack")
+    qs = Job.objects.filter(triage.text_search("needle"))
+    with connection.cursor() as cur:
+        cur.execute("SET enable_seqscan = off")
+        sql, params = qs.query.sql_with_params()
+        cur.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cur.fetchall())
+        cur.execute("SET enable_seqscan = on")
+    assert "queue_job_task_trgm" in plan and "queue_job_error_trgm" in plan
