@@ -10,11 +10,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from lessonboard.models import AgentToken
-from lessonboard.tokens import authenticate
+from lessonboard.tokens import authenticate, authenticate_offline
 
 
 class ApiError(Exception):
@@ -55,7 +56,16 @@ def api_view(
             scheme, _, credential = header.partition(" ")
             if scheme.lower() != "bearer" or not credential.strip():
                 return _unauthorized("missing bearer token (Authorization: Bearer <token>)")
-            token = authenticate(credential.strip())
+            offline = False
+            try:
+                token = authenticate(credential.strip())
+            except DatabaseError:
+                # The database is down: a token verified recently may still ingest (the WAL keeps the
+                # trigger durable); anything else answers 503, never a 500.
+                token = authenticate_offline(credential.strip())
+                offline = True
+                if token is None:
+                    return error("the database is unavailable; retry shortly", status=503)
             if token is None:
                 return _unauthorized("invalid token")
             if token.is_revoked:
@@ -66,12 +76,16 @@ def api_view(
                 response = error(f"method {request.method} not allowed", status=405)
                 response["Allow"] = ", ".join(methods)
                 return response
-            token.touch()
+            if not offline:
+                token.touch()
             request.agent_token = token  # type: ignore[attr-defined]
             try:
                 return view(request, *args, **kwargs)
             except ApiError as exc:
                 return exc.response()
+            except DatabaseError:
+                # An endpoint that needs the database while it is down: say so, never a 500.
+                return error("the database is unavailable; retry shortly", status=503)
 
         return wrapper
 

@@ -75,6 +75,9 @@ class AgentToken(models.Model):
         if self.revoked_at is None:
             self.revoked_at = timezone.now()
             self.save(update_fields=["revoked_at"])
+        from lessonboard.tokens import forget
+
+        forget(self)
 
     def touch(self) -> None:
         """Record use, at most once per ``API_TOKEN_TOUCH_INTERVAL`` so busy agents cost no write each."""

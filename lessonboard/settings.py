@@ -186,6 +186,9 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 API_TOKEN_TOUCH_INTERVAL = 60  # seconds between last_used_at writes for one token
+# How long a verified token may still authenticate while the database is unreachable (ingest keeps
+# answering 202 into the WAL during an outage). Revoking a token removes it at once.
+API_TOKEN_CACHE_SECONDS = env.integer("LESSONBOARD_API_TOKEN_CACHE_SECONDS", 600, minimum=0)
 
 # --- i18n / static ---------------------------------------------------------------------------------------
 LANGUAGE_CODE = "en-us"

@@ -71,3 +71,16 @@ def test_the_command_prints_the_token_once_and_it_works(capsys):
     assert "not shown again" in out.err
     assert ApiClient(token).get("/api/v1/workspaces").status_code == 200
     assert AgentToken.objects.get(name="ci-bot").scopes == ["full"]
+
+
+def test_a_verified_token_is_remembered_for_outages_until_revoked():
+    from lessonboard.tokens import authenticate, authenticate_offline
+
+    issued = issue_token("agent-y", ["ingest"])
+    assert authenticate_offline(issued.plaintext) is None  # never verified yet
+    assert authenticate(issued.plaintext).pk == issued.token.pk
+    offline = authenticate_offline(issued.plaintext)
+    assert (offline.pk, offline.name, offline.scopes) == (issued.token.pk, "agent-y", ["ingest"])
+    assert authenticate_offline(issued.plaintext[:-1] + "x") is None
+    issued.token.revoke()
+    assert authenticate_offline(issued.plaintext) is None
