@@ -7,6 +7,7 @@ the embedded PostgreSQL with pgvector once for the whole run.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 from pathlib import Path
@@ -16,6 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ["LESSONBOARD_ENV_FILE"] = ""
 DATA_DIR = Path(os.environ.setdefault("LESSONBOARD_DATA_DIR", str(ROOT / "var" / "test"))).resolve()
 DATA_DIR.mkdir(parents=True, exist_ok=True)
+# One test run per data dir: a second one would empty the first's metrics and broker folders and fight
+# over its test database. Held for the life of this process.
+_LOCK = (DATA_DIR / ".test-run.lock").open("w")
+try:
+    fcntl.flock(_LOCK, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
+    raise SystemExit(
+        f"another test run is using {DATA_DIR}; wait for it, or give this one its own LESSONBOARD_DATA_DIR"
+    ) from None
 for stale in ("metrics", "broker", "cache"):
     shutil.rmtree(DATA_DIR / stale, ignore_errors=True)
 (DATA_DIR / "metrics").mkdir()
