@@ -75,6 +75,16 @@ def test_filters_narrow_every_branch(corpus):
     vectors.embed_pending()
     only_ws = retrieval.search("429 rate limit", k=5, filters=retrieval.Filters(workspace="alpha"))
     assert [hit.lesson for hit in only_ws.hits] == [scoped]
+    from django.db import connection
+
+    with connection.cursor() as cursor:  # make PostgreSQL walk the HNSW graph even for 5 rows
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            "EXPLAIN SELECT id FROM lessons_lesson ORDER BY embedding <=> %s::vector LIMIT 5", [str([0.1] * 384)]
+        )
+        assert "lesson_embedding_hnsw" in " ".join(row[0] for row in cursor.fetchall())
+    vector_only = retrieval.search("429", k=5, filters=retrieval.Filters(workspace="alpha"), branches=("vector",))
+    assert [hit.lesson for hit in vector_only.hits] == [scoped]
     by_trigger = retrieval.search("docker build", k=5, filters=retrieval.Filters(trigger="low_quality"))
     assert {hit.lesson for hit in by_trigger.hits} == {corpus["disk"]}
     by_tags = retrieval.search("anything at all", k=5, filters=retrieval.Filters(tags=["go", "edit-file"]))
