@@ -12,7 +12,7 @@ import time
 
 import bench_lessons_db
 
-bench_lessons_db.setup()
+bench_lessons_db.setup("lessonboard_bench_eval")  # its own database: the scale bench may be running
 
 from django.conf import settings  # noqa: E402
 
@@ -76,6 +76,28 @@ def main() -> None:
             metrics = run(retrieval.Weights(text, 1.0, tags))
             grid.append((metrics.recall_at_5, metrics.mrr, text, tags, metrics))
         grid.sort(key=lambda row: (-(row[0] + row[1]), -row[0]))
+        portuguese = evaluation.EvalSet(
+            data.lessons, [q for q in data.queries if any(i.startswith("pt-") for i in q["relevant"])]
+        )
+        defaults = retrieval.Weights.from_settings()
+
+        def run_pt(
+            weights: retrieval.Weights,
+            rankings: dict = rankings,
+            ids: dict = ids,
+            subset: evaluation.EvalSet = portuguese,
+        ) -> evaluation.Metrics:
+            def ranked(phrase: str) -> list[int]:
+                present = {b: rows for b, rows in rankings[phrase].items() if weights.of(b) > 0}
+                return [pk for pk, _, _ in retrieval.fuse(present, weights, settings.LESSONS_RRF_K)]
+
+            return evaluation.measure(subset, ids, ranked)
+
+        print(run(defaults).line("defaults"))
+        print(f"{len(portuguese.queries)} queries about Portuguese lessons:")
+        print("  " + run_pt(retrieval.Weights(1, 0, 0)).line("keyword-only"))
+        print("  " + run_pt(retrieval.Weights(0, 1, 0)).line("vector-only"))
+        print("  " + run_pt(defaults).line("defaults"))
         print("best weights by recall@5 + MRR (text, vector=1, tags):")
         for _r5, _mrr, text, tags, metrics in grid[:8]:
             print("  " + metrics.line(f"t={text} g={tags}"))

@@ -143,15 +143,18 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def run(n: int, queries: int) -> None:
+def run(n: int, queries: int, sweep: list[int], reuse: bool) -> None:
     rnd = np.random.default_rng(n)
     centres = rnd.standard_normal((max(50, n // 100), DIMS), dtype=np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    vectors = synthetic(n, rnd, centres)
-    load_s = load(n, vectors)
-    index_s = build_index()
+    vectors = synthetic(n, rnd, centres)  # deterministic per n: --reuse finds the same rows
+    if reuse and Lesson.objects.filter(embedding_model=MODEL_ID).count() == n:
+        print(f"\n== {n:,} lessons: reusing the loaded table and its HNSW index")
+    else:
+        load_s = load(n, vectors)
+        index_s = build_index()
+        print(f"\n== {n:,} lessons: COPY {load_s:.1f}s, HNSW build {index_s:.1f}s (m=16, ef_construction=64)")
     ids = np.array(Lesson.objects.order_by("id").values_list("id", flat=True))
-    print(f"\n== {n:,} lessons: COPY {load_s:.1f}s, HNSW build {index_s:.1f}s (m=16, ef_construction=64)")
     qvec = synthetic(queries, rnd, centres)
     base = Lesson.objects.active()
     retrieval.reset_term_stats()
@@ -187,6 +190,20 @@ def run(n: int, queries: int) -> None:
     print(f"search() lexical only:     p50 {pct(lexical_ms, 50):7.1f} ms  p95 {pct(lexical_ms, 95):7.1f} ms")
     print(f"search() hybrid:           p50 {pct(hybrid_ms, 50):7.1f} ms  p95 {pct(hybrid_ms, 95):7.1f} ms", end="")
     print(f"  (incl. the {settings.LESSONS_EMBEDDING_LOCAL_MODEL} query embedding)")
+    default_ef = settings.LESSONS_HNSW_EF_SEARCH
+    exact_sets = [set(ids[np.argpartition(-(vectors @ q), 10)[:10]].tolist()) for q in qvec]
+    for ef in sweep:
+        settings.LESSONS_HNSW_EF_SEARCH = ef
+        ms, hits = [], []
+        for q, exact in zip(qvec, exact_sets, strict=True):
+            start = time.perf_counter()
+            got = retrieval.vector_branch(q, base, 10, MODEL_ID)
+            ms.append((time.perf_counter() - start) * 1000)
+            hits.append(len(exact & {pk for pk, _ in got}) / 10)
+        print(
+            f"  ef_search={ef:<4} recall@10 {statistics.mean(hits):.3f}  p50 {pct(ms, 50):6.1f} ms  p95 {pct(ms, 95):6.1f} ms"
+        )
+    settings.LESSONS_HNSW_EF_SEARCH = default_ef
 
 
 def main() -> None:
@@ -194,13 +211,17 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--noise", type=float, default=NOISE, help="0 = tight clusters; 3+ = nearly uniform")
+    parser.add_argument("--ef-sweep", type=int, nargs="*", default=[40, 200, 400], help="extra hnsw.ef_search values")
+    parser.add_argument("--reuse", action="store_true", help="keep a table of the same size already loaded")
+    parser.add_argument("--keep", action="store_true", help="leave the last table loaded (for --reuse)")
     args = parser.parse_args()
     globals()["NOISE"] = args.noise
     print(f"synthetic vectors: {DIMS} dims, cluster centres + noise {args.noise}; {args.queries} queries")
     for n in args.sizes:
-        run(n, args.queries)
-    bench_lessons_db.empty_lessons()
-    build_index()
+        run(n, args.queries, args.ef_sweep, args.reuse)
+    if not args.keep:
+        bench_lessons_db.empty_lessons()
+        build_index()
 
 
 if __name__ == "__main__":

@@ -200,13 +200,18 @@ def vector_branch(vector: Any, base: Any, depth: int, model_id: str) -> list[tup
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL hnsw.ef_search = %s", [max(settings.LESSONS_HNSW_EF_SEARCH, depth)])
+            # With filters (workspace, tags…) keep walking the graph until enough rows pass them
+            # (pgvector ≥ 0.8); "relaxed" order is put right by the sort below.
+            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         rows = (
             base.filter(embedding__isnull=False, embedding_model=model_id)
             .annotate(distance=CosineDistance("embedding", list(map(float, vector))))
             .order_by("distance")
             .values_list("id", "distance")[:depth]
         )
-        return [(pk, 1.0 - float(distance)) for pk, distance in rows]
+        found = [(pk, 1.0 - float(distance)) for pk, distance in rows]
+    found.sort(key=lambda row: -row[1])
+    return found
 
 
 def tag_branch(query: str, base: Any, depth: int) -> list[tuple[int, float]]:

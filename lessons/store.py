@@ -471,7 +471,8 @@ def import_fact(
     the higher confidence (chatcli's merge of on-disk state, spec §11.2) — ``unchanged`` if nothing
     moved. Near-duplicate and supersede tests do not run: an import keeps what the file says.
     """
-    existing = Lesson.objects.select_for_update().filter(fact_id=fact.fact_id).order_by("-status", "-id").first()
+    same = Lesson.objects.select_for_update().filter(fact_id=fact.fact_id).order_by("-id")
+    existing = same.filter(status=LessonStatus.ACTIVE).first() or same.first()
     if existing is not None:
         changed = False
         if fact.access_count > existing.access_count:

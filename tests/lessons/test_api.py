@@ -10,7 +10,7 @@ from tests.conftest import ApiClient
 pytestmark = pytest.mark.django_db
 
 
-def test_a_manual_lesson_takes_chatclis_manual_shape(api):
+def test_it_stores_a_manual_lesson_in_chatclis_manual_shape(api):
     response = api.post(
         "/api/v1/lessons", {"text": "when editing large Go files use Edit, not full rewrite", "workspace": "proj-a"}
     )
@@ -34,7 +34,7 @@ def test_a_manual_lesson_takes_chatclis_manual_shape(api):
     assert again.status_code == 200 and again.json()["action"] == "reinforced"
 
 
-def test_a_structured_lesson_is_accepted(api):
+def test_it_accepts_a_structured_lesson(api):
     response = api.post(
         "/api/v1/lessons",
         {
@@ -63,14 +63,14 @@ def test_a_structured_lesson_is_accepted(api):
         ({"situation": "s"}, "correction"),
     ],
 )
-def test_bad_lesson_input_is_a_400_naming_the_field(api, body, field):
+def test_it_answers_bad_lesson_input_with_a_400_naming_the_field(api, body, field):
     response = api.post("/api/v1/lessons", body)
     assert response.status_code == 400
     assert response.json()["field"] == field
     assert Lesson.objects.count() == 0
 
 
-def test_the_lesson_endpoints_need_a_full_token(agent_token):
+def test_it_requires_a_full_token(agent_token):
     ingest = ApiClient(agent_token("ingest-only", "ingest"))
     assert ingest.post("/api/v1/lessons", {"text": "x"}).status_code == 403
     assert ingest.post("/api/v1/lessons/retrieve", {"task": "x"}).status_code == 403
@@ -78,7 +78,7 @@ def test_the_lesson_endpoints_need_a_full_token(agent_token):
     assert Lesson.objects.count() == 0
 
 
-def test_retrieve_returns_lessons_and_chatclis_memory_block_and_reinforces_by_use(api):
+def test_it_retrieves_lessons_with_chatclis_memory_block_and_reinforces_by_use(api):
     api.post(
         "/api/v1/lessons",
         {
@@ -127,17 +127,17 @@ def test_retrieve_returns_lessons_and_chatclis_memory_block_and_reinforces_by_us
         ({"task": "x", "tags": [1]}, "tags"),
     ],
 )
-def test_bad_retrieve_input_is_a_400_naming_the_field(api, body, field):
+def test_it_answers_bad_retrieve_input_with_a_400_naming_the_field(api, body, field):
     response = api.post("/api/v1/lessons/retrieve", body)
     assert response.status_code == 400 and response.json()["field"] == field
 
 
-def test_garbled_json_is_a_400(api):
+def test_it_answers_garbled_json_with_a_400(api):
     response = api.post("/api/v1/lessons/retrieve", raw="{nope")
     assert response.status_code == 400 and response.json()["field"] == "body"
 
 
-def test_persist_and_retrieval_are_counted_in_metrics(api, client):
+def test_it_counts_persists_and_retrievals_in_metrics(api, client):
     api.post("/api/v1/lessons", {"text": "run the focused test file first"})
     api.post("/api/v1/lessons/retrieve", {"task": "run tests"})
     text = client.get("/metrics").content.decode()

@@ -5,7 +5,7 @@ import pytest
 from lessons import checks
 
 
-def test_a_dimension_the_local_models_cannot_give_is_an_error(settings):
+def test_it_refuses_a_dimension_the_local_models_cannot_give(settings):
     settings.LESSONS_EMBEDDING_PROVIDER = "local"
     settings.LESSONS_EMBEDDING_DIMENSIONS = 768
     (error,) = checks.embedding_dimensions()
@@ -15,7 +15,7 @@ def test_a_dimension_the_local_models_cannot_give_is_an_error(settings):
 
 
 @pytest.mark.django_db
-def test_a_column_of_another_size_is_reported(settings):
+def test_it_reports_a_column_of_another_size(settings):
     assert checks.embedding_column(databases=["default"]) == []
     settings.LESSONS_EMBEDDING_DIMENSIONS = 1536
     (warning,) = checks.embedding_column(databases=["default"])

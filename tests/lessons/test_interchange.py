@@ -63,7 +63,7 @@ def memory_index(tmp_path):
     return path
 
 
-def test_rfc3339_nano_times_parse_and_format_like_go():
+def test_it_parses_and_formats_rfc3339_nano_times_like_go():
     t = interchange.parse_time("2026-06-22T09:00:00.123456789-03:00")
     assert t.microsecond == 123456 and t.utcoffset().total_seconds() == -3 * 3600
     assert interchange.parse_time("2026-06-20T12:00:00Z").tzinfo is not None
@@ -74,7 +74,7 @@ def test_rfc3339_nano_times_parse_and_format_like_go():
         interchange.parse_time("yesterday")
 
 
-def test_importing_keeps_ids_and_access_stats_and_leaves_other_facts_alone(memory_index):
+def test_it_imports_lessons_keeping_ids_and_access_stats_and_leaves_other_facts_alone(memory_index):
     report = interchange.import_memory_index(memory_index)
     assert (report.created, report.skipped_other_facts) == (2, 1)
     lesson = Lesson.objects.get(fact_id=fact_id(A))
@@ -88,7 +88,7 @@ def test_importing_keeps_ids_and_access_stats_and_leaves_other_facts_alone(memor
     assert (again.created, again.unchanged) == (0, 2)
 
 
-def test_memory_index_round_trip_is_lossless(memory_index):
+def test_it_round_trips_memory_index_losslessly(memory_index):
     original = memory_index.read_bytes()
     interchange.import_memory_index(memory_index)
     interchange.export_memory_index(memory_index)
@@ -96,7 +96,7 @@ def test_memory_index_round_trip_is_lossless(memory_index):
     assert stat.S_IMODE(memory_index.stat().st_mode) == 0o600
 
 
-def test_export_writes_board_changes_and_keeps_the_other_facts(memory_index, tmp_path):
+def test_it_exports_board_changes_and_keeps_the_other_facts(memory_index, tmp_path):
     interchange.import_memory_index(memory_index)
     lesson = Lesson.objects.get(fact_id=fact_id(B))
     edit_lesson(lesson, correction="honour Retry-After", actor="user:bob")
@@ -129,7 +129,7 @@ def test_export_writes_board_changes_and_keeps_the_other_facts(memory_index, tmp
     assert interchange.export_memory_index(fresh) == 2 and len(json.loads(fresh.read_text())) == 2
 
 
-def test_jsonl_round_trip_keeps_history(tmp_path):
+def test_it_round_trips_jsonl_with_history(tmp_path):
     lesson = persist_lesson(
         situation="s1", mistake="m", correction="c1", tags=["a"], trigger="error", source_job_id="job-1"
     ).lesson
@@ -148,7 +148,7 @@ def test_jsonl_round_trip_keeps_history(tmp_path):
     assert interchange.import_jsonl(path).unchanged == 1
 
 
-def test_bad_files_are_refused_with_a_message(tmp_path):
+def test_it_refuses_bad_files_with_a_message(tmp_path):
     bad = tmp_path / "memory_index.json"
     bad.write_text("{garbled")
     with pytest.raises(interchange.InterchangeError, match="not valid JSON"):
@@ -163,7 +163,7 @@ def test_bad_files_are_refused_with_a_message(tmp_path):
     assert Lesson.objects.count() == 0
 
 
-def test_the_command_imports_exports_and_reembeds(memory_index, tmp_path, capsys):
+def test_it_imports_exports_and_reembeds_from_the_command_line(memory_index, tmp_path, capsys):
     call_command("lessons", "import", str(memory_index))
     assert "2 created" in capsys.readouterr().out
     call_command("lessons", "reembed")

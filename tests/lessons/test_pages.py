@@ -23,7 +23,7 @@ def lesson(db):
     return result.lesson
 
 
-def test_search_page_full_and_htmx_partial(client_as, carol, lesson):
+def test_it_renders_the_search_page_in_full_and_as_an_htmx_fragment(client_as, carol, lesson):
     client = client_as(carol)
     full = client.get("/lessons/", {"q": "payments 429"})
     assert full.status_code == 200
@@ -37,7 +37,7 @@ def test_search_page_full_and_htmx_partial(client_as, carol, lesson):
     assert "vector" in body  # the why-found table names the branches
 
 
-def test_search_filters_are_applied_from_the_url(client_as, carol, lesson):
+def test_it_applies_search_filters_from_the_url(client_as, carol, lesson):
     client = client_as(carol)
     assert f"/lessons/{lesson.pk}/" in client.get("/lessons/", {"trigger": "error"}).content.decode()
     assert f"/lessons/{lesson.pk}/" not in client.get("/lessons/", {"trigger": "manual"}).content.decode()
@@ -45,7 +45,7 @@ def test_search_filters_are_applied_from_the_url(client_as, carol, lesson):
     assert "Check the filters" in client.get("/lessons/", {"since": "not-a-date"}).content.decode()
 
 
-def test_find_similar_lists_the_neighbours(client_as, carol, lesson):
+def test_it_lists_similar_lessons(client_as, carol, lesson):
     other = persist_lesson(
         situation="calls to a rate limited API",
         mistake="no backoff",
@@ -58,13 +58,13 @@ def test_find_similar_lists_the_neighbours(client_as, carol, lesson):
     assert "Lessons similar to" in html and f"/lessons/{other.pk}/" in html
 
 
-def test_without_embeddings_the_page_says_retrieval_is_lexical(client_as, carol, lesson, settings):
+def test_it_says_retrieval_is_lexical_without_embeddings(client_as, carol, lesson, settings):
     settings.LESSONS_EMBEDDING_PROVIDER = "none"
     html = client_as(carol).get("/lessons/", {"q": "payments"}).content.decode()
     assert "lexical only" in html and f"/lessons/{lesson.pk}/" in html
 
 
-def test_detail_shows_history_with_diffs_and_provenance(client_as, bob, lesson):
+def test_it_shows_history_with_diffs_and_provenance(client_as, bob, lesson):
     edit_lesson(lesson, correction="back off exponentially on 429", actor="user:bob", reason="sharper")
     html = client_as(bob).get(f"/lessons/{lesson.pk}/").content.decode()
     assert "job-abc" in html and "sharper" in html
@@ -72,7 +72,7 @@ def test_detail_shows_history_with_diffs_and_provenance(client_as, bob, lesson):
     assert f'action="/lessons/{lesson.pk}/restore/1"' in html
 
 
-def test_a_viewer_sees_but_cannot_change(client_as, carol, lesson):
+def test_it_lets_a_viewer_look_but_not_change(client_as, carol, lesson):
     client = client_as(carol)
     html = client.get(f"/lessons/{lesson.pk}/").content.decode()
     assert "/restore/" not in html and "/edit" not in html
@@ -89,12 +89,12 @@ def test_a_viewer_sees_but_cannot_change(client_as, carol, lesson):
     assert lesson.status == LessonStatus.ACTIVE and lesson.versions.count() == 1 and Lesson.objects.count() == 1
 
 
-def test_anonymous_users_are_sent_to_login(client, lesson):
+def test_it_sends_anonymous_users_to_login(client, lesson):
     response = client.get("/lessons/")
     assert response.status_code == 302 and "/accounts/login/" in response["Location"]
 
 
-def test_a_reviewer_edits_archives_restores_and_merges(client_as, bob, lesson):
+def test_it_lets_a_reviewer_edit_archive_restore_and_merge(client_as, bob, lesson):
     client = client_as(bob)
     response = client.post(
         f"/lessons/{lesson.pk}/edit",
@@ -134,12 +134,12 @@ def test_a_reviewer_edits_archives_restores_and_merges(client_as, bob, lesson):
     assert Lesson.objects.filter(trigger="manual", situation="always run the focused test first").exists()
 
 
-def test_the_overview_counts_lessons(client_as, carol, lesson):
+def test_it_counts_lessons_on_the_overview(client_as, carol, lesson):
     html = client_as(carol).get("/").content.decode()
     assert "Active lessons" in html and 'href="/lessons/"' in html
 
 
-def test_the_admin_lists_shows_and_archives_lessons(client_as, admin_user, lesson):
+def test_it_lists_shows_and_archives_lessons_in_the_admin(client_as, admin_user, lesson):
     client = client_as(admin_user)
     assert client.get("/admin/lessons/lesson/").status_code == 200
     assert client.get(f"/admin/lessons/lesson/{lesson.pk}/change/").status_code == 200

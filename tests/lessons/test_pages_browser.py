@@ -10,7 +10,7 @@ from tests.factories import UserFactory
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
 
-def test_a_reviewer_searches_opens_edits_and_restores_a_lesson(page, live_server, login):
+def test_it_lets_a_reviewer_search_open_edit_and_restore_a_lesson(page, live_server, login):
     UserFactory(username="bob", role="reviewer")
     lesson = persist_lesson(
         situation="bulk calls to the payments API",

@@ -42,7 +42,7 @@ def corpus(db):
 
 
 @pytest.mark.django_db
-def test_each_hit_carries_its_branch_ranks_and_the_fused_score(corpus):
+def test_it_gives_each_hit_its_branch_ranks_and_the_fused_score(corpus):
     result = retrieval.search(
         "our script hits 429 Too Many Requests from the payments API", k=3, branches=retrieval.BRANCHES
     )
@@ -60,14 +60,14 @@ def test_each_hit_carries_its_branch_ranks_and_the_fused_score(corpus):
 
 
 @pytest.mark.django_db
-def test_keyword_only_finds_an_exact_identifier(corpus):
+def test_it_finds_an_exact_identifier_by_keyword(corpus):
     result = retrieval.search("ENOSPC", k=5, branches=("text",))
     assert [hit.lesson for hit in result.hits] == [corpus["disk"]]
     assert set(result.hits[0].branches) == {"text"}
 
 
 @pytest.mark.django_db
-def test_filters_narrow_every_branch(corpus):
+def test_it_narrows_every_branch_with_the_filters(corpus):
     ws = WorkspaceFactory(slug="alpha")
     scoped = add(
         "bulk calls to the billing API", "back off on 429 responses", ["rate-limit"], workspace=ws, agent="bot-1"
@@ -75,6 +75,16 @@ def test_filters_narrow_every_branch(corpus):
     vectors.embed_pending()
     only_ws = retrieval.search("429 rate limit", k=5, filters=retrieval.Filters(workspace="alpha"))
     assert [hit.lesson for hit in only_ws.hits] == [scoped]
+    from django.db import connection
+
+    with connection.cursor() as cursor:  # make PostgreSQL walk the HNSW graph even for 5 rows
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            "EXPLAIN SELECT id FROM lessons_lesson ORDER BY embedding <=> %s::vector LIMIT 5", [str([0.1] * 384)]
+        )
+        assert "lesson_embedding_hnsw" in " ".join(row[0] for row in cursor.fetchall())
+    vector_only = retrieval.search("429", k=5, filters=retrieval.Filters(workspace="alpha"), branches=("vector",))
+    assert [hit.lesson for hit in vector_only.hits] == [scoped]
     by_trigger = retrieval.search("docker build", k=5, filters=retrieval.Filters(trigger="low_quality"))
     assert {hit.lesson for hit in by_trigger.hits} == {corpus["disk"]}
     by_tags = retrieval.search("anything at all", k=5, filters=retrieval.Filters(tags=["go", "edit-file"]))
@@ -84,7 +94,7 @@ def test_filters_narrow_every_branch(corpus):
 
 
 @pytest.mark.django_db
-def test_archived_lessons_are_not_retrieved_by_default(corpus):
+def test_it_does_not_retrieve_archived_lessons_by_default(corpus):
     Lesson.objects.filter(pk=corpus["rate"].pk).update(status="archived")
     hits = retrieval.search("HTTP 429 backoff", k=5).hits
     assert corpus["rate"] not in [hit.lesson for hit in hits]
@@ -93,7 +103,7 @@ def test_archived_lessons_are_not_retrieved_by_default(corpus):
 
 
 @pytest.mark.django_db
-def test_common_words_are_left_out_of_the_full_text_query_of_a_big_table(corpus, settings):
+def test_it_leaves_common_words_out_of_the_full_text_query_of_a_big_table(corpus, settings):
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -108,7 +118,7 @@ def test_common_words_are_left_out_of_the_full_text_query_of_a_big_table(corpus,
     retrieval.reset_term_stats()
 
 
-def test_without_an_embedder_retrieval_is_lexical_and_says_so(corpus, settings):
+def test_it_retrieves_lexically_without_an_embedder_and_says_so(corpus, settings):
     settings.LESSONS_EMBEDDING_PROVIDER = "none"
     result = retrieval.search("merge conflict markers", k=3)
     assert result.hits[0].lesson == corpus["git"]
@@ -117,7 +127,7 @@ def test_without_an_embedder_retrieval_is_lexical_and_says_so(corpus, settings):
 
 
 @pytest.mark.django_db
-def test_hyde_embeds_the_llm_s_hypothetical_lesson_and_records_it(corpus, fake_openai):
+def test_it_embeds_the_llms_hypothetical_lesson_with_hyde_and_records_it(corpus, fake_openai):
     hypothetical = (
         "LESSON: many API calls in a loop\nMISTAKE: retried immediately after HTTP 429\n"
         "CORRECTION: exponential backoff with jitter, honour Retry-After"
@@ -136,7 +146,7 @@ def test_hyde_embeds_the_llm_s_hypothetical_lesson_and_records_it(corpus, fake_o
 
 
 @pytest.mark.django_db
-def test_hyde_falls_back_to_the_query_when_the_llm_fails(corpus, fake_openai):
+def test_it_falls_back_to_the_query_when_hyde_fails(corpus, fake_openai):
     fake_openai.script(Reply(status=400, error_message="bad request"))
     result = retrieval.search("payments API 429", k=2, hyde=True)
     assert "error" in result.explanation["hyde"]
@@ -144,7 +154,7 @@ def test_hyde_falls_back_to_the_query_when_the_llm_fails(corpus, fake_openai):
 
 
 @pytest.mark.django_db
-def test_the_openai_provider_embeds_through_the_gateway(db, fake_openai, settings):
+def test_it_embeds_through_the_gateway_with_the_openai_provider(db, fake_openai, settings):
     settings.LESSONS_EMBEDDING_PROVIDER = "openai"
     settings.LESSONS_EMBEDDING_DIMENSIONS = 64  # the fake server's hashed vectors
     vectors.resize_column(64)
@@ -162,7 +172,7 @@ def test_the_openai_provider_embeds_through_the_gateway(db, fake_openai, setting
 
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_the_embed_task_fills_vectors_for_new_lessons(celery_worker):
+def test_it_fills_vectors_for_new_lessons_in_the_embed_worker(celery_worker):
     lesson = add("deploying with unpinned dependencies", "pin every dependency", ["dependencies"])
     assert lesson.embedding is None
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 EVAL = Path(__file__).resolve().parent.parent / "data" / "retrieval_eval.jsonl"
 
 
-def test_the_evaluation_set_is_big_enough():
+def test_it_has_a_big_enough_evaluation_set():
     data = evaluation.load(EVAL)
     assert len(data.lessons) >= 80 and len(data.queries) >= 40
     assert sum(1 for row in data.lessons if row["id"].startswith("pt-")) >= 8
@@ -21,7 +21,7 @@ def test_the_evaluation_set_is_big_enough():
     assert all(set(q["relevant"]) <= ids for q in data.queries)
 
 
-def test_hybrid_retrieval_with_the_local_embedder_reaches_recall_at_5_of_090():
+def test_it_reaches_hybrid_recall_at_5_of_090_with_the_local_embedder():
     assert settings.LESSONS_EMBEDDING_PROVIDER == "local"
     data = evaluation.load(EVAL)
     ids = evaluation.store(data)

@@ -134,7 +134,7 @@ def test_it_reinforces_at_exactly_the_near_duplicate_threshold():
     assert "near duplicate" in first.versions.get(number=2).reason
 
 
-def test_just_below_the_near_duplicate_threshold_a_same_subject_lesson_supersedes():
+def test_it_supersedes_a_same_subject_lesson_just_below_the_near_duplicate_threshold():
     first = persist().lesson
     result = persist(correction="oscar papa")  # 17/21 = 0.81
     assert result.action == "superseded" and result.similarity == pytest.approx(17 / 21)
@@ -143,7 +143,7 @@ def test_just_below_the_near_duplicate_threshold_a_same_subject_lesson_supersede
     assert Lesson.objects.active().get() == result.lesson
 
 
-def test_at_exactly_half_overlap_it_supersedes_and_just_below_it_adds():
+def test_it_supersedes_at_exactly_half_overlap():
     first = persist().lesson
     half = dict(situation="edit alpha delta", mistake="bravo", correction="charlie", trigger="error")
     assert jaccard(tokens_of(**BASE), tokens_of(**half)) == 0.5
@@ -152,7 +152,7 @@ def test_at_exactly_half_overlap_it_supersedes_and_just_below_it_adds():
     assert first.status == LessonStatus.SUPERSEDED
 
 
-def test_just_below_half_overlap_it_adds_a_new_lesson():
+def test_it_adds_a_new_lesson_just_below_half_overlap():
     first = persist().lesson
     below = dict(situation="edit alpha", mistake="bravo", correction="charlie", trigger="error")
     assert jaccard(tokens_of(**BASE), tokens_of(**below)) == 9 / 20
@@ -161,7 +161,7 @@ def test_just_below_half_overlap_it_adds_a_new_lesson():
     assert first.status == LessonStatus.ACTIVE
 
 
-def test_a_different_subject_does_not_supersede():
+def test_it_does_not_supersede_a_different_subject():
     first = persist().lesson
     reordered = persist(situation="alpha edit bravo charlie delta echo foxtrot golf", correction="oscar papa")
     assert same_subject(tokens_of(**BASE), significant_tokens(reordered.lesson.content)) is False
@@ -170,7 +170,7 @@ def test_a_different_subject_does_not_supersede():
     assert first.status == LessonStatus.ACTIVE
 
 
-def test_a_lower_confidence_does_not_supersede():
+def test_it_does_not_supersede_with_a_lower_confidence():
     first = persist().lesson
     weaker = persist(correction="oscar papa quebec", confidence=0.5)
     assert weaker.action == "created"
@@ -178,7 +178,7 @@ def test_a_lower_confidence_does_not_supersede():
     assert first.status == LessonStatus.ACTIVE
 
 
-def test_lessons_of_other_workspaces_are_not_compared():
+def test_it_does_not_compare_lessons_of_other_workspaces():
     from tests.factories import WorkspaceFactory
 
     persist(workspace=WorkspaceFactory(slug="one"))
@@ -186,7 +186,7 @@ def test_lessons_of_other_workspaces_are_not_compared():
     assert result.action == "created"
 
 
-def test_a_reinforcing_job_persisted_twice_reinforces_once():
+def test_it_reinforces_once_when_a_reinforcing_job_is_persisted_twice():
     first = persist().lesson
     assert persist(correction="oscar", source_job_id="job-7").action == "reinforced"
     assert persist(correction="oscar", source_job_id="job-7").action == "unchanged"
@@ -194,7 +194,7 @@ def test_a_reinforcing_job_persisted_twice_reinforces_once():
     assert first.access_count == 2
 
 
-def test_a_superseded_lesson_is_restored_from_its_history():
+def test_it_restores_a_superseded_lesson_from_its_history():
     old = persist().lesson
     new = persist(correction="oscar papa").lesson
     old.refresh_from_db()
@@ -207,7 +207,7 @@ def test_a_superseded_lesson_is_restored_from_its_history():
     assert new.status == LessonStatus.ACTIVE
 
 
-def test_an_edit_is_a_version_and_restore_brings_the_old_text_back():
+def test_it_versions_an_edit_and_restores_the_old_text():
     lesson = persist().lesson
     edited = edit_lesson(lesson, correction="use apply_patch", tags=["go"], actor="user:bob", reason="clearer")
     assert edited.content.endswith("CORRECTION: use apply_patch\nTRIGGER: error")
@@ -218,7 +218,7 @@ def test_an_edit_is_a_version_and_restore_brings_the_old_text_back():
     assert LessonVersion.objects.filter(lesson=lesson).count() == 3
 
 
-def test_archive_and_merge_are_versions():
+def test_it_versions_archive_and_merge():
     a = persist().lesson
     b = persist_lesson(
         situation="rate limit 429", mistake="retried at once", correction="back off", tags=["http"], trigger="error"
@@ -234,7 +234,7 @@ def test_archive_and_merge_are_versions():
     assert [v.action for v in kept.versions.order_by("number")] == ["create", "archive", "restore", "merge"]
 
 
-def test_a_manual_lesson_has_chatclis_shape():
+def test_it_gives_a_manual_lesson_chatclis_shape():
     result = persist_manual("when editing large Go files use Edit, not full rewrite")
     lesson = result.lesson
     assert lesson.mistake == "(user-supplied lesson; no automatic mistake detection)"
