@@ -25,9 +25,6 @@ from lessonq.models import Job
 from lessonq.paths import dlq as dlq_dir
 from lessonq.paths import wal
 
-MANUAL_MISTAKE = "(user-supplied lesson; no automatic mistake detection)"
-MANUAL_TAGS = ["reflexion", "trigger:manual", "user-supplied"]
-
 
 def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
@@ -145,17 +142,10 @@ class Command(BaseCommand):
         self.say(f"drain complete — {report.dispatched} job(s) re-enqueued from WAL")
 
     def manual(self, text: str) -> None:
-        from lessons.store import persist_lesson
+        # The same path as the lessons page and POST /api/v1/lessons: chatcli's /reflect <text> shape.
+        from lessons.store import persist_manual
 
-        result = persist_lesson(
-            situation=text,
-            mistake=MANUAL_MISTAKE,
-            correction=text,
-            tags=list(MANUAL_TAGS),
-            trigger="manual",
-            provenance="user-supplied",
-            actor="cli",
-        )
+        result = persist_manual(text, actor="cli")
         if self.as_json:
             return self.emit({"lesson_id": result.lesson.pk, "action": result.action})
         self.say("lesson persisted to long-term memory (category=lesson)")
