@@ -33,17 +33,13 @@ def test_a_reviewer_approves_edits_and_rejects_from_the_keyboard(page, live_serv
     page.wait_for_selector("body[data-keys=ready]")
     assert "tests run with lb.py test" in page.locator("#proposal-content").inner_text()
     page.keyboard.press("a")  # approve → the next pending proposal opens
-    page.wait_for_function(
-        "document.querySelector('#proposal-content') && document.querySelector('#proposal-content').innerText.includes('uses npm')"
-    )
+    page.locator("#proposal-content", has_text="uses npm").wait_for()  # no eval: the page's CSP forbids it
     page.wait_for_selector("body[data-keys=ready]")
     assert page.locator("#undo-form").count() == 1
     page.keyboard.press("e")
     page.fill("#edit-content", "uses pnpm, never npm")
     page.keyboard.press("Control+Enter")
-    page.wait_for_function(
-        "document.querySelector('#proposal-content') && document.querySelector('#proposal-content').innerText.includes('the sky is green')"
-    )
+    page.locator("#proposal-content", has_text="the sky is green").wait_for()  # no eval: the page's CSP forbids it
     page.wait_for_selector("body[data-keys=ready]")
     page.keyboard.press("r")
     page.keyboard.type("not true")

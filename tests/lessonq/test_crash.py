@@ -48,11 +48,13 @@ def assert_invariant() -> None:
 
 
 def settle(*ids: str, timeout: float = 60) -> None:
-    """Run the sweeper (as beat would) until every job is terminal."""
+    """Run the sweeper (as beat would) until every job is terminal and its WAL record gone (the worker
+    unlinks it just after the commit that made the job terminal, so the two are briefly apart)."""
 
     def done() -> bool:
         reconcile.sweep()
-        return Job.objects.filter(pk__in=ids, state__in=TERMINAL).count() == len(ids)
+        terminal = Job.objects.filter(pk__in=ids, state__in=TERMINAL).count() == len(ids)
+        return terminal and not any(wal().exists(job_id) for job_id in ids)
 
     try:
         wait_for(done, timeout=timeout, interval=0.3, what=f"jobs {ids} terminal")
