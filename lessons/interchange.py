@@ -26,6 +26,7 @@ from django.utils.dateparse import parse_datetime
 from lessonboard.models import Workspace
 from lessons.content import one_line
 from lessons.models import Lesson, LessonStatus, LessonVersion
+from lessons.rendering import lesson_json
 from lessons.store import ImportedFact, import_fact, schedule_embedding
 
 FACT_KEYS = (
@@ -292,28 +293,10 @@ def export_jsonl(path: Path, lessons: Iterable[Lesson] | None = None) -> int:
 
 
 def _lesson_record(lesson: Lesson) -> dict[str, Any]:
-    return {
-        "fact_id": lesson.fact_id,
-        "content": lesson.content,
-        "category": lesson.category,
-        "situation": lesson.situation,
-        "mistake": lesson.mistake,
-        "correction": lesson.correction,
-        "tags": list(lesson.tags),
-        "trigger": lesson.trigger,
-        "confidence": lesson.confidence,
-        "provenance": lesson.provenance,
-        "access_count": lesson.access_count,
-        "last_accessed": lesson.last_accessed.isoformat(),
-        "score": lesson.score,
-        "status": lesson.status,
-        "workspace": lesson.workspace.slug if lesson.workspace else None,
-        "agent": lesson.agent,
-        "source_job_id": lesson.source_job_id,
-        "created_at": lesson.created_at.isoformat(),
-        "updated_at": lesson.updated_at.isoformat(),
-        "chatcli_extra": lesson.chatcli_extra,
-    }
+    """The API's lesson JSON without the database id (ids do not travel), plus chatcli's extra keys."""
+    record = lesson_json(lesson)
+    del record["id"]
+    return {**record, "chatcli_extra": lesson.chatcli_extra}
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
