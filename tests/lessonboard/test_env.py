@@ -76,3 +76,25 @@ def test_it_refuses_to_start_with_a_bad_setting():
     )
     assert result.returncode != 0
     assert "LESSONBOARD_PORT='eighty' is not an integer" in result.stderr
+
+
+def test_the_queue_worker_count_sizes_the_workers_unless_overridden():
+    code = "import django; django.setup(); from django.conf import settings; print(settings.WORKER_CONCURRENCY)"
+    base = {
+        "DJANGO_SETTINGS_MODULE": "lessonboard.settings",
+        "LESSONBOARD_ENV_FILE": "",
+        "LESSONBOARD_DATA_DIR": os.environ["LESSONBOARD_DATA_DIR"],
+        "PATH": "/usr/bin:/bin",
+    }
+    root = Path(__file__).resolve().parents[2]
+
+    def concurrency(**extra: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", code], env={**base, **extra}, capture_output=True, text=True, cwd=root
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert concurrency() == "2"
+    assert concurrency(LESSONQ_WORKERS="3") == "3"
+    assert concurrency(LESSONQ_WORKERS="3", LESSONBOARD_WORKER_CONCURRENCY="1") == "1"
