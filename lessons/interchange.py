@@ -11,9 +11,7 @@ also fsync) — so importing a file and exporting onto it gives back the same by
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
@@ -23,6 +21,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils.dateparse import parse_datetime
 
+from lessonboard import files
 from lessonboard.models import Workspace
 from lessons.content import one_line
 from lessons.models import Lesson, LessonStatus, LessonVersion
@@ -227,24 +226,8 @@ def lesson_fact(lesson: Lesson) -> dict[str, Any]:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Temp file in the same directory, fsync, chmod 0600, rename, fsync the directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """chatcli's memory files: UTF-8, mode 0600, replaced atomically (and, unlike chatcli, fsynced)."""
+    files.write_atomic(path, text.encode("utf-8"), mode=0o600)
 
 
 def export_memory_index(path: Path, lessons: Iterable[Lesson] | None = None) -> int:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from lessonboard import files
 from lessons.reflect.engine import BOOTSTRAP_FILES, MANIFEST_PATH
 from lessons.reflect.repository import is_within
 
@@ -41,29 +41,13 @@ def read_snapshot(folder: Path) -> dict[str, str]:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # mkstemp makes 0600 files; keep the mode the file had (or 0644) so the agent, often another user
-    # than the server, can still read its docs and the manifest.
+    # Keep the mode the file had (or 0644) so the agent, often another user than the server, can still
+    # read its docs and the manifest.
     try:
         mode = path.stat().st_mode & 0o777
     except OSError:
         mode = 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("utf-8", errors="surrogatepass"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)  # replaces a symlink at ``path`` itself, never its target
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    files.write_atomic(path, text.encode("utf-8", errors="surrogatepass"), mode=mode)
 
 
 def write_manifest(repo: Path, manifest: dict[str, Any]) -> Path:

@@ -1,0 +1,35 @@
+"""Durable file replacement shared by every app that writes files other programs read."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or unlink inside ``path`` survive a crash."""
+    dir_fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_atomic(path: Path, data: bytes, *, mode: int) -> None:
+    """Replace ``path`` with ``data``: temp file in the same directory (mode ``mode``), fsync, rename,
+    fsync the directory. A crash leaves the old file or the new one, never a torn one. Renaming over a
+    symlink replaces the link itself, never its target."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
