@@ -36,21 +36,23 @@ def ensure_venv() -> Path:
     if python.exists() and STAMP.exists() and STAMP.read_text().strip() == wanted:
         return python
     if not python.exists():
-        print(f"lb: creating virtualenv in {VENV}", flush=True)
+        print(f"lb: creating virtualenv in {VENV}", file=sys.stderr, flush=True)
         venv.EnvBuilder(with_pip=True, clear=False).create(VENV)
-    print("lb: installing pinned dependencies from requirements.txt", flush=True)
+    print("lb: installing pinned dependencies from requirements.txt", file=sys.stderr, flush=True)
     pip = [str(python), "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    subprocess.run([*pip, "install", "--quiet", "-r", str(REQUIREMENTS)], check=True)
+    # stdout stays clean: `mcp-stdio` speaks MCP on it.
+    subprocess.run([*pip, "install", "--quiet", "-r", str(REQUIREMENTS)], check=True, stdout=sys.stderr)
     STAMP.write_text(wanted + "\n")
     return python
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"serve", "test", "manage", "setup"}:
+    if not argv or argv[0] not in {"serve", "test", "manage", "setup", "mcp-stdio"}:
         print(__doc__)
         print(
             "Also: `python3 lb.py manage <command> …` runs manage.py inside the venv;"
-            " `python3 lb.py setup` only builds the venv."
+            " `python3 lb.py setup` only builds the venv;"
+            " `python3 lb.py mcp-stdio --url URL --token TOKEN` bridges an MCP client on stdio to /mcp."
         )
         return 2
     python = ensure_venv()
@@ -60,6 +62,8 @@ def main(argv: list[str]) -> int:
         return 0
     if verb == "serve":
         cmd = [str(python), "manage.py", "serve", *rest]
+    elif verb == "mcp-stdio":
+        cmd = [str(python), "-m", "lessonboard.mcp_stdio", *rest]
     elif verb == "manage":
         cmd = [str(python), "manage.py", *rest]
     else:
