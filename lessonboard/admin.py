@@ -2,24 +2,54 @@ from __future__ import annotations
 
 from typing import Any
 
+from axes.admin import AccessAttemptAdmin
+from axes.models import AccessAttempt
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from lessonboard.models import AgentToken, AuditEvent, WorkerHeartbeat, Workspace
+from lessonboard.login import unlock
+from lessonboard.models import AgentToken, AuditEvent, TokenScope, WorkerHeartbeat, Workspace
 from lessonboard.tokens import issue_token
 
 admin.site.site_header = "lessonboard administration"
 admin.site.site_title = "lessonboard admin"
 
 
+class AgentTokenForm(forms.ModelForm):
+    """Scopes as checkboxes (the model stores a JSON list; nobody should type ``["full"]``)."""
+
+    scopes = forms.MultipleChoiceField(
+        choices=TokenScope.choices,
+        widget=forms.CheckboxSelectMultiple,
+        required=False,
+        help_text="Nothing ticked issues an ingest-only token.",
+    )
+
+    class Meta:
+        model = AgentToken
+        fields = ["name", "scopes", "workspaces", "may_create_workspaces"]
+
+
 @admin.register(AgentToken)
 class AgentTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "prefix", "scopes", "created_by", "created_at", "last_used_at", "revoked_at"]
+    form = AgentTokenForm
+    list_display = ["name", "prefix", "scopes", "workspaces", "created_by", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["revoked_at", "created_at"]
     search_fields = ["name", "prefix"]
     readonly_fields = ["prefix", "created_by", "created_at", "last_used_at", "revoked_at"]
-    fields = ["name", "scopes", "prefix", "created_by", "created_at", "last_used_at", "revoked_at"]
+    fields = [
+        "name",
+        "scopes",
+        "workspaces",
+        "may_create_workspaces",
+        "prefix",
+        "created_by",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    ]
     actions = ["revoke"]
 
     def save_model(self, request: HttpRequest, obj: AgentToken, form: Any, change: bool) -> None:
@@ -28,7 +58,13 @@ class AgentTokenAdmin(admin.ModelAdmin):
             return
         # A new token is issued by tokens.issue_token so only its hash is stored; the plaintext is
         # shown once, in the success message.
-        issued = issue_token(obj.name, obj.scopes or ["ingest"], created_by=request.user)
+        issued = issue_token(
+            obj.name,
+            obj.scopes or ["ingest"],
+            created_by=request.user,
+            workspaces=obj.workspaces or [],
+            may_create_workspaces=obj.may_create_workspaces,
+        )
         obj.pk = issued.token.pk
         obj.refresh_from_db()
         AuditEvent.record("token.create", user=request.user, object_type="agent_token", object_ids=[obj.pk])
@@ -73,3 +109,26 @@ class WorkerHeartbeatAdmin(admin.ModelAdmin):
     list_display = ["hostname", "node", "last_seen", "beats"]
     list_filter = ["node"]
     search_fields = ["hostname"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # written by the system; an Add form here could only crash or forge history
+
+
+# django-axes' list of failed logins, with deletion (its way of unlocking) audited as an unlock.
+admin.site.unregister(AccessAttempt)
+
+
+@admin.register(AccessAttempt)
+class AuditedAccessAttemptAdmin(AccessAttemptAdmin):
+    actions = ["unlock_selected"]
+
+    @admin.action(description="Unlock selected (forget their failed logins)")
+    def unlock_selected(self, request: HttpRequest, queryset: QuerySet[AccessAttempt]) -> None:
+        count = unlock(queryset, user=request.user)
+        self.message_user(request, f"Unlocked {count} user/address pair(s).")
+
+    def delete_model(self, request: HttpRequest, obj: AccessAttempt) -> None:
+        unlock(AccessAttempt.objects.filter(pk=obj.pk), user=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[AccessAttempt]) -> None:
+        unlock(queryset, user=request.user)

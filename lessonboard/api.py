@@ -8,13 +8,16 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError, IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
+from pydantic import BaseModel
 
-from lessonboard.models import AgentToken
+from lessonboard import inputs
+from lessonboard.models import AgentToken, AuditEvent, Workspace
 from lessonboard.tokens import authenticate, authenticate_offline
 
 
@@ -42,36 +45,39 @@ class ApiRequest(HttpRequest):
     agent_token: AgentToken
 
 
+@dataclass(frozen=True)
+class Described:
+    """What ``lessonboard.openapi`` says about an endpoint: the models its view validates with and answers
+    with. ``body`` is the POST body (several models: any one of them), ``query`` the GET query string,
+    ``responses`` the answers by status (several models: any one of them), ``errors`` the statuses beyond
+    those every endpoint can answer (400, 401, 403, 503; 413 with a body; 404 with a path parameter)."""
+
+    summary: str
+    body: tuple[type[BaseModel], ...] = ()
+    query: type[BaseModel] | None = None
+    responses: dict[int, type[BaseModel] | tuple[type[BaseModel], ...]] = field(default_factory=dict)
+    errors: tuple[int, ...] = ()
+    # JSON Schema of a path parameter narrower than its URL converter says (the values that can exist).
+    path: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # OpenAPI links by status: how an answer feeds the next call (a fuzzer's stateful phase follows them).
+    links: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
 def api_view(
-    scope: str, methods: tuple[str, ...] = ("POST",)
+    scope: str, methods: tuple[str, ...] = ("POST",), *, describe: Described | None = None
 ) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
     """Token-authenticated JSON endpoint: 401 for a missing/invalid/revoked token, 403 for a wrong scope,
-    405 for a wrong method; ``ApiError`` raised inside becomes its JSON response."""
+    405 for a wrong method; ``ApiError`` raised inside becomes its JSON response. ``describe`` is the
+    endpoint's entry in the OpenAPI document (every ``/api/v1/`` endpoint needs one: a test checks)."""
 
     def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @csrf_exempt  # bearer tokens, not cookies: no ambient credential to forge
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            header = request.headers.get("Authorization", "")
-            scheme, _, credential = header.partition(" ")
-            if scheme.lower() != "bearer" or not credential.strip():
-                return _unauthorized("missing bearer token (Authorization: Bearer <token>)")
-            offline = False
             try:
-                token = authenticate(credential.strip())
-            except DatabaseError:
-                # The database is down: a token verified recently may still ingest (the WAL keeps the
-                # trigger durable); anything else answers 503, never a 500.
-                token = authenticate_offline(credential.strip())
-                offline = True
-                if token is None:
-                    return error("the database is unavailable; retry shortly", status=503)
-            if token is None:
-                return _unauthorized("invalid token")
-            if token.is_revoked:
-                return _unauthorized("token revoked")
-            if not token.has_scope(scope):
-                return error(f"token lacks the '{scope}' scope", status=403)
+                token, offline = bearer_token(request, scope)
+            except ApiError as exc:
+                return exc.response()
             if request.method not in methods:
                 response = error(f"method {request.method} not allowed", status=405)
                 response["Allow"] = ", ".join(methods)
@@ -83,26 +89,126 @@ def api_view(
                 return view(request, *args, **kwargs)
             except ApiError as exc:
                 return exc.response()
+            except inputs.BadInput as exc:
+                return error(exc.message, field=exc.field)
+            except DataError as exc:
+                # A value the database refuses (out of range, bad text) is the caller's input, not an
+                # outage: a 503 would invite endless retries of a request that can never succeed.
+                return error(f"a value in the request cannot be stored: {exc}".strip(), field="body")
             except DatabaseError:
                 # An endpoint that needs the database while it is down: say so, never a 500.
                 return error("the database is unavailable; retry shortly", status=503)
 
+        wrapper.api_view = view  # type: ignore[attr-defined]  # the undecorated view, for call_view()
+        wrapper.required_scope = scope  # type: ignore[attr-defined]  # read by call_view and the permission matrix
+        wrapper.allowed_methods = methods  # type: ignore[attr-defined]  # read by lessonboard.openapi
+        wrapper.described = describe  # type: ignore[attr-defined]
         return wrapper
 
     return decorator
 
 
-def _unauthorized(message: str) -> JsonResponse:
-    response = error(message, status=401)
-    response["WWW-Authenticate"] = 'Bearer realm="lessonboard"'
-    return response
+class Unauthorized(ApiError):
+    """401 with ``WWW-Authenticate``: no token, an unknown one, or a revoked one."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=401)
+
+    def response(self) -> JsonResponse:
+        response = super().response()
+        response["WWW-Authenticate"] = 'Bearer realm="lessonboard"'
+        return response
 
 
-def json_body(request: HttpRequest, *, max_bytes: int | None = None) -> dict[str, Any]:
-    """The request's JSON object, or ``ApiError`` (400 bad JSON / not an object, 413 too large)."""
+def bearer_token(request: HttpRequest, scope: str | None) -> tuple[AgentToken, bool]:
+    """The request's agent token and whether it was verified offline (database down), or ``ApiError``:
+    401 for a missing/invalid/revoked token, 403 when ``scope`` is given and the token lacks it, 503 when
+    the database is down and the token was not verified recently."""
+    header = request.headers.get("Authorization", "")
+    kind, _, credential = header.partition(" ")
+    if kind.lower() != "bearer" or not credential.strip():
+        raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
+    offline = False
+    try:
+        token = authenticate(credential.strip())
+    except DatabaseError:
+        # The database is down: a token verified recently may still ingest (the WAL keeps the
+        # trigger durable); anything else answers 503, never a 500.
+        token = authenticate_offline(credential.strip())
+        offline = True
+        if token is None:
+            raise ApiError("the database is unavailable; retry shortly", status=503) from None
+    if token is None:
+        raise Unauthorized("invalid token")
+    if token.is_revoked:
+        raise Unauthorized("token revoked")
+    if scope is not None and not token.has_scope(scope):
+        raise ApiError(f"token lacks the '{scope}' scope", status=403)
+    return token, offline
+
+
+def call_view(view: Callable[..., HttpResponse], token: AgentToken, data: dict[str, Any]) -> tuple[int, Any]:
+    """Run an ``@api_view`` endpoint in-process for ``token`` with ``data`` as its JSON body:
+    ``(status, decoded JSON body)``. The scope check, the validation and the domain call are the
+    endpoint's own, so another front door (the MCP tools) cannot drift from the HTTP API."""
+    scope: str = view.required_scope  # type: ignore[attr-defined]
+    if not token.has_scope(scope):
+        return 403, {"error": f"token lacks the '{scope}' scope"}
+    body = json.dumps(data).encode()
+    request = HttpRequest()
+    request.method = "POST"
+    request.META = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body))}
+    request._body = body  # HttpRequest.body reads this
+    request.agent_token = token  # type: ignore[attr-defined]
+    try:
+        response = view.api_view(request)  # type: ignore[attr-defined]
+    except ApiError as exc:
+        response = exc.response()
+    except DatabaseError:
+        response = error("the database is unavailable; retry shortly", status=503)
+    return response.status_code, json.loads(response.content or b"null")
+
+
+def check_workspace(token: AgentToken, slug: str) -> None:
+    """403 naming ``workspace`` when a token bound to workspaces names another one."""
+    if not token.may_name(slug):
+        raise ApiError(
+            f"this token is bound to workspace(s) {', '.join(token.workspaces)}; it may not name {slug!r}",
+            status=403,
+            field="workspace",
+        )
+
+
+def workspace_for(token: AgentToken, slug: str) -> Workspace:
+    """The workspace an agent names, created on first sight only when the token may create one
+    (a full token, or an ingest token with ``may_create_workspaces``); creation is audited."""
+    check_workspace(token, slug)
+    workspace = Workspace.objects.filter(slug=slug).first()
+    if workspace is not None:
+        return workspace
+    if not token.may_create(slug):
+        raise ApiError(
+            f"unknown workspace {slug!r}, and this token may not create workspaces "
+            "(an admin creates it, or allows the token to)",
+            status=403,
+            field="workspace",
+        )
+    try:
+        with transaction.atomic():
+            workspace = Workspace.objects.create(slug=slug, name=slug)
+    except IntegrityError:  # another request created it first
+        return Workspace.objects.get(slug=slug)
+    AuditEvent.record("workspace.create", token=token, object_type="workspace", object_ids=[workspace.pk])
+    return workspace
+
+
+def json_body(request: HttpRequest, *, max_bytes: int | None = None, keep_text: bool = False) -> dict[str, Any]:
+    """The request's JSON object, or ``ApiError`` (400 bad JSON / not an object / refused by the input
+    policy of ``lessonboard.inputs``, naming the field; 413 too large). ``keep_text`` leaves NUL and lone
+    surrogates in strings for an endpoint whose text goes into the WAL."""
     if max_bytes is not None:
         length = request.headers.get("Content-Length")
-        if length and length.isdigit() and int(length) > max_bytes:
+        if length and length.isascii() and length.isdigit() and int(length) > max_bytes:
             raise ApiError(f"body larger than {max_bytes} bytes", status=413, field="body")
     try:
         raw = request.body
@@ -111,22 +217,9 @@ def json_body(request: HttpRequest, *, max_bytes: int | None = None) -> dict[str
     if max_bytes is not None and len(raw) > max_bytes:
         raise ApiError(f"body larger than {max_bytes} bytes", status=413, field="body")
     try:
-        data = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(f"body is not valid JSON: {exc}", field="body") from exc
+        data = inputs.parse_json(raw or b"null", keep_text=keep_text)
+    except inputs.BadInput as exc:
+        raise ApiError(exc.message, field=exc.field) from exc
     if not isinstance(data, dict):
         raise ApiError("body must be a JSON object", field="body")
     return data
-
-
-def require_str(data: dict[str, Any], field: str, *, required: bool = True, max_length: int | None = None) -> str:
-    value = data.get(field)
-    if value is None or value == "":
-        if required:
-            raise ApiError(f"'{field}' is required", field=field)
-        return ""
-    if not isinstance(value, str):
-        raise ApiError(f"'{field}' must be a string", field=field)
-    if max_length is not None and len(value) > max_length:
-        raise ApiError(f"'{field}' is longer than {max_length} characters", field=field)
-    return value

@@ -11,3 +11,19 @@ class LessonboardConfig(AppConfig):
         from lessonboard.roles import sync_roles
 
         post_migrate.connect(sync_roles, dispatch_uid="lessonboard.sync_roles")
+
+        from axes.signals import user_locked_out
+
+        from lessonboard.login import record_lockout
+
+        user_locked_out.connect(record_lockout, dispatch_uid="lessonboard.record_lockout")
+
+        from django.db.models.signals import post_delete, post_save
+
+        from lessonboard.models import AgentToken
+        from lessonboard.tokens import forget_changed
+
+        # A deleted token (admin, shell, cascade) must stop authenticating at once, offline copy included;
+        # an edited one (scopes, workspaces) must not keep its old rights in that copy.
+        post_delete.connect(forget_changed, sender=AgentToken, dispatch_uid="lessonboard.forget_deleted_token")
+        post_save.connect(forget_changed, sender=AgentToken, dispatch_uid="lessonboard.forget_saved_token")

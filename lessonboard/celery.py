@@ -8,6 +8,8 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_process_shutdown
 
+import lessonboard.broker  # noqa: F401  (registers the embedded broker's atomicfs:// transport with kombu)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lessonboard.settings")
 
 app = Celery("lessonboard")

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import DatabaseError
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 
@@ -11,8 +12,10 @@ NAV: list[tuple[str, str, str | None]] = [
     ("Overview", "overview", None),
     ("Lessons", "lessons:search", None),
     ("Queue", "queue:index", None),
-    ("Reviews", "reviews:queue", "lessonboard.review_memory"),
+    ("Inbox", "inbox", None),
+    ("Reviews", "reviews:queue", None),
     ("Refine", "refine:runs", None),
+    ("Workspaces", "reflect:workspaces", None),
     ("Audit", "audit:list", None),
     ("Admin", "admin:index", "is_staff"),
 ]
@@ -32,7 +35,43 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
             url = reverse(name)
         except NoReverseMatch:
             continue
-        items.append(
-            {"label": label, "url": url, "active": request.path == url or (url != "/" and request.path.startswith(url))}
-        )
-    return {"nav": items}
+        item = {
+            "label": label,
+            "url": url,
+            "active": request.path == url or (url != "/" and request.path.startswith(url)),
+        }
+        if name == "inbox":
+            from lessonboard import inbox
+
+            try:
+                item["count"], item["counted"] = inbox.count_for(user), True
+            except DatabaseError:  # the error page of a database outage still renders, without the count
+                pass
+        items.append(item)
+    try:
+        banner = demo_banner()
+    except DatabaseError:
+        banner = ""
+    return {"nav": items, "demo_banner": banner}
+
+
+def demo_banner() -> str:
+    """ "demo" while the demo workspace exists, "empty" on an empty embedded database (a hint to load
+    it), else "". Cached: every page asks."""
+    from django.conf import settings
+    from django.core.cache import cache
+
+    state = cache.get("lessonboard:demo-banner")
+    if state is None:
+        from lessonboard import demo
+        from lessonq.models import Job
+        from lessons.models import Lesson
+
+        if demo.exists():
+            state = "demo"
+        elif settings.EMBEDDED_DATABASE and not Job.objects.exists() and not Lesson.objects.exists():
+            state = "empty"
+        else:
+            state = ""
+        cache.set("lessonboard:demo-banner", state, 30)
+    return str(state)

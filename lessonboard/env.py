@@ -2,7 +2,7 @@
 
 Every reader raises ``ImproperlyConfigured`` naming the variable when its value cannot be used, so a
 typo stops start-up with a message instead of running with a surprise. Unlike chatcli (which silently
-keeps the default on a bad value, spec §13), lessonboard refuses to start.
+keeps the default on a bad value, docs/compat/chatcli.md#configuration), lessonboard refuses to start.
 """
 
 from __future__ import annotations

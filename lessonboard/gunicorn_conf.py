@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from lessonboard.env import Env
+
 
 def child_exit(server: Any, worker: Any) -> None:
     # prometheus_client multiprocess mode: a dead web worker's live gauges must not linger.
@@ -13,6 +15,12 @@ def child_exit(server: Any, worker: Any) -> None:
 
         multiprocess.mark_process_dead(worker.pid)
 
+
+# gthread: each worker process serves LESSONBOARD_WEB_THREADS requests at once, so a slow request (a
+# refine wait, a big page) holds one thread, not the process: /healthz and pages stay fast beside it
+# (bench/bench_web_under_load.py). Each thread keeps its own database connection.
+worker_class = "gthread"
+threads = Env().integer("LESSONBOARD_WEB_THREADS", 16, minimum=1)
 
 accesslog = "-"
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'

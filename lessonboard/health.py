@@ -37,8 +37,8 @@ def check_migrations() -> tuple[bool, str]:
 
 def check_broker() -> tuple[bool, str]:
     url = settings.CELERY_BROKER_URL
-    if url.startswith("filesystem://"):
-        return _writable(Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]), "filesystem broker")
+    if url.startswith("atomicfs://"):
+        return _writable(Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]), "embedded broker")
     from lessonboard.celery import app
 
     try:
@@ -71,15 +71,37 @@ def _writable(path: Path, label: str) -> tuple[bool, str]:
         return False, f"{label} {path} not writable: {exc}"
 
 
+def check_children() -> tuple[bool, str]:
+    from lessonboard.supervisor import check_children
+
+    return check_children()
+
+
+def check_llm() -> tuple[bool, str]:
+    """Advisory: an unreachable LLM degrades lessonboard (that work waits) but it stays ready."""
+    from lessonboard import breaker, llm
+
+    outage = breaker.outage()
+    if outage is not None:
+        return False, f"degraded: {outage.text} ({outage.failures} consecutive failures; work that needs it waits)"
+    return True, llm.status_text()
+
+
 CHECKS: dict[str, Check] = {
     "database": check_database,
     "migrations": check_migrations,
     "broker": check_broker,
     "data_dir": check_data_dir,
+    "processes": check_children,
 }
 
 
+# Checks that report "degraded" (still 200) instead of failing readiness.
+ADVISORY: dict[str, Check] = {"llm": check_llm}
+
+
 def run_checks() -> tuple[bool, dict[str, dict[str, object]]]:
+    """All required checks (``ok`` is their conjunction), then the advisory ones, marked ``advisory``."""
     results: dict[str, dict[str, object]] = {}
     all_ok = True
     for name, check in CHECKS.items():
@@ -89,4 +111,11 @@ def run_checks() -> tuple[bool, dict[str, dict[str, object]]]:
             ok, detail = check()
         results[name] = {"ok": ok, "detail": detail}
         all_ok = all_ok and ok
+    for name, check in ADVISORY.items():
+        ok, detail = check()
+        results[name] = {"ok": ok, "detail": detail, "advisory": True}
     return all_ok, results
+
+
+def degraded(results: dict[str, dict[str, object]]) -> bool:
+    return any(r.get("advisory") and not r["ok"] for r in results.values())

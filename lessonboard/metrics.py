@@ -7,18 +7,49 @@ Multiprocess mode: gunicorn workers and Celery worker processes each write their
 
 from __future__ import annotations
 
+import ipaddress
 import os
+from collections.abc import Iterator
 
+from django.conf import settings
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest, multiprocess
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.registry import Collector
 
 WORKER_HEARTBEATS = Counter("lessonboard_worker_heartbeats_total", "Heartbeat tasks run by Celery workers.", ["node"])
+LLM_BREAKER_TRIPS = Counter("lessonboard_llm_breaker_trips_total", "Times the LLM breaker opened (an outage began).")
+LLM_BREAKER_RECOVERIES = Counter("lessonboard_llm_breaker_recoveries_total", "Times the LLM breaker closed again.")
 
 # Collectors whose values are computed at scrape time (e.g. gauges read from the WAL and the database,
 # which a per-process gauge cannot get right across processes). Apps append from AppConfig.ready().
 EXTRA_COLLECTORS: list[Collector] = []
+
+
+class LLMBreakerCollector(Collector):
+    """``lessonboard_llm_breaker_open`` (1 while the LLM is unreachable) and how long it has been, read
+    from the shared breaker row at scrape time so every process reports the same thing."""
+
+    def collect(self) -> Iterator[Metric]:
+        from django.utils import timezone
+
+        from lessonboard import breaker
+
+        outage = breaker.outage()
+        yield GaugeMetricFamily(
+            "lessonboard_llm_breaker_open",
+            "1 while the LLM breaker is open (work that needs it waits).",
+            value=int(outage is not None),
+        )
+        seconds = (timezone.now() - outage.since).total_seconds() if outage is not None else 0.0
+        yield GaugeMetricFamily(
+            "lessonboard_llm_unreachable_seconds",
+            "How long the LLM has been unreachable (0 when reachable).",
+            value=seconds,
+        )
 
 
 def registry() -> CollectorRegistry:
@@ -30,10 +61,39 @@ def registry() -> CollectorRegistry:
 
         return REGISTRY
     PlatformCollector(registry=reg)
+    reg.register(LLMBreakerCollector())
     for collector in EXTRA_COLLECTORS:
         reg.register(collector)
     return reg
 
 
+def scrape_allowed(request: HttpRequest) -> bool:
+    """A bearer token with the ``metrics`` scope (Prometheus' ``authorization`` block), or a request from
+    an address in ``LESSONBOARD_METRICS_ALLOWED_ADDRESSES`` (docs/security.md#metrics)."""
+    from lessonboard.login import client_address
+    from lessonboard.models import TokenScope
+    from lessonboard.tokens import authenticate, authenticate_offline
+
+    scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and credential.strip():
+        try:
+            token = authenticate(credential.strip())
+        except DatabaseError:
+            token = authenticate_offline(credential.strip())  # an outage is exactly when metrics matter
+        return token is not None and not token.is_revoked and token.has_scope(TokenScope.METRICS)
+    if settings.METRICS_ALLOWED_NETWORKS:
+        try:
+            address = ipaddress.ip_address(client_address(request))
+        except ValueError:
+            return False
+        return any(address in network for network in settings.METRICS_ALLOWED_NETWORKS)
+    return False
+
+
 def metrics_view(request: HttpRequest) -> HttpResponse:
+    if not scrape_allowed(request):
+        response = HttpResponse("metrics need a bearer token with the 'metrics' scope\n", status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="lessonboard"'
+        response["Content-Type"] = "text/plain; charset=utf-8"
+        return response
     return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)

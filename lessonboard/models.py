@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
+from django.db.models import Func
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast, Left
 from django.utils import timezone
 
-SLUG_RE = r"^[a-z0-9][a-z0-9._-]{0,99}$"
+# \Z, not $: "$" also matches before a trailing newline, which would let "proj\n" through.
+SLUG_RE = r"^[a-z0-9][a-z0-9._-]{0,99}\Z"
 
 
 class SitePermission(models.Model):
@@ -35,6 +41,7 @@ class SitePermission(models.Model):
 class TokenScope(models.TextChoices):
     INGEST = "ingest", "ingest: send Reflexion triggers only"
     FULL = "full", "full: every API endpoint"
+    METRICS = "metrics", "metrics: read /metrics only (Prometheus)"
 
 
 class AgentTokenQuerySet(models.QuerySet["AgentToken"]):
@@ -55,6 +62,15 @@ class AgentToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    workspaces = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Workspace slugs this token may name, e.g. ["proj-a"]; empty: any workspace.',
+    )
+    may_create_workspaces = models.BooleanField(
+        default=False,
+        help_text="An ingest token may create a workspace by naming a new one (full tokens always may).",
+    )
 
     objects = AgentTokenQuerySet.as_manager()
 
@@ -70,6 +86,25 @@ class AgentToken(models.Model):
 
     def has_scope(self, scope: str) -> bool:
         return TokenScope.FULL in self.scopes or scope in self.scopes
+
+    def clean(self) -> None:
+        """The admin form's check: known scopes, a list of workspace slugs."""
+        errors = {}
+        if not isinstance(self.scopes, list) or not set(self.scopes) <= set(TokenScope.values):
+            errors["scopes"] = f"a list of scopes from: {', '.join(TokenScope.values)}"
+        if not isinstance(self.workspaces, list) or not all(
+            isinstance(slug, str) and re.match(SLUG_RE, slug) for slug in self.workspaces
+        ):
+            errors["workspaces"] = 'a list of workspace slugs, e.g. ["proj-a"]; [] for any workspace'
+        if errors:
+            raise ValidationError(errors)
+
+    def may_name(self, slug: str) -> bool:
+        """Whether this token may name workspace ``slug`` at all (a bound token: only its own)."""
+        return not self.workspaces or slug in self.workspaces
+
+    def may_create(self, slug: str) -> bool:
+        return self.may_name(slug) and (TokenScope.FULL in self.scopes or self.may_create_workspaces)
 
     def revoke(self) -> None:
         if self.revoked_at is None:
@@ -126,6 +161,30 @@ class Workspace(models.Model):
         return self.slug
 
 
+AUDIT_PREVIEW_CHARS = 300
+
+
+class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
+    def for_list(self) -> AuditEventQuerySet:
+        """What the audit list shows: the ids, filter, result and reason as text cut in SQL (a bulk
+        action over 10,000 jobs records 10,000 ids; the list never loads them)."""
+        cut = AUDIT_PREVIEW_CHARS
+        return self.defer("object_ids", "filter", "result", "reason").annotate(
+            ids_preview=Left(Cast("object_ids", models.TextField()), cut),
+            ids_count=Func("object_ids", function="jsonb_array_length", output_field=models.IntegerField()),
+            # The first 20 ids as a JSON array, for the links (never the whole list).
+            ids_head=RawSQL(
+                "(SELECT coalesce(jsonb_agg(x), '[]'::jsonb) FROM"
+                " (SELECT x FROM jsonb_array_elements(lessonboard_auditevent.object_ids) AS x LIMIT 20) AS head)",
+                [],
+                output_field=models.JSONField(),
+            ),
+            filter_preview=Left(Cast("filter", models.TextField()), cut),
+            result_preview=Left(Cast("result", models.TextField()), cut),
+            reason_preview=Left("reason", cut),
+        )
+
+
 class AuditEvent(models.Model):
     """Who (a user or an agent token) did what to which objects, when, from which filter, with what result."""
 
@@ -140,6 +199,8 @@ class AuditEvent(models.Model):
     filter = models.JSONField(default=dict, blank=True)
     result = models.JSONField(default=dict, blank=True)
     reason = models.TextField(blank=True)
+
+    objects = AuditEventQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -194,3 +255,37 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.hostname
+
+
+class BreakerState(models.TextChoices):
+    CLOSED = "closed", "closed (calls go through)"
+    OPEN = "open", "open (LLM unreachable: work waits)"
+    HALF_OPEN = "half_open", "half-open (one probe in flight)"
+
+
+class LLMBreaker(models.Model):
+    """The LLM circuit breaker, one row per endpoint, shared by every web and worker process.
+
+    ``failures`` counts consecutive outage errors (connection errors, timeouts, 5xx); at
+    LLM_BREAKER_THRESHOLD the breaker opens and work that needs the LLM waits instead of spending
+    attempts. A probe (``lessonboard.breaker.probe``, run by beat) closes it again (docs/operations.md).
+    """
+
+    endpoint = models.CharField(primary_key=True, max_length=500, help_text="LESSONBOARD_LLM_BASE_URL")
+    state = models.CharField(max_length=20, choices=BreakerState.choices, default=BreakerState.CLOSED)
+    failures = models.PositiveIntegerField(default=0, help_text="consecutive outage errors")
+    opened_at = models.DateTimeField(null=True, blank=True, help_text="unreachable since")
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    probe_at = models.DateTimeField(null=True, blank=True, help_text="next half-open probe is due")
+    probes = models.PositiveIntegerField(default=0, help_text="probes since the breaker opened")
+    trips = models.PositiveIntegerField(default=0, help_text="times the breaker opened")
+    closed_at = models.DateTimeField(null=True, blank=True, help_text="last recovery")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=models.Q(state__in=BreakerState.values), name="llm_breaker_state_valid")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.endpoint} {self.state}"

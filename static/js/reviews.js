@@ -1,5 +1,5 @@
 // Keyboard for the review queue and proposal pages: j/k move, o/Enter open, x select, a approve,
-// r reject (focus the reason), e edit (Ctrl+Enter saves), u undo, ? help. No inline script (CSP).
+// r reject (focus the reason), e edit (Ctrl+Enter saves), u undo; app.js opens the ? help. No inline script (CSP).
 (function () {
   "use strict";
   var rows = [];
@@ -36,6 +36,19 @@
     if (link) { window.location.href = link.href; return true; }
     return false;
   }
+
+  // Leaving a proposal page gives its hold back (a reload or the next proposal holds anew; the server
+  // ignores a release for an older hold). sendBeacon survives the navigation; the CSRF token goes in the body.
+  function releaseHold() {
+    var held = document.getElementById("held");
+    var token = document.querySelector("input[name=csrfmiddlewaretoken]");
+    if (!held || !token || !navigator.sendBeacon) { return; }
+    var body = new FormData();
+    body.append("csrfmiddlewaretoken", token.value);
+    body.append("held_until", held.getAttribute("data-held-until") || "");
+    navigator.sendBeacon(held.getAttribute("data-release-url"), body);
+  }
+  window.addEventListener("pagehide", releaseHold);
 
   document.addEventListener("DOMContentLoaded", function () {
     refreshRows();
@@ -81,16 +94,12 @@
         var details = document.getElementById("edit-details");
         if (details) {
           details.open = true;
-          var field = details.querySelector("textarea, input[type=text]");
+          var field = details.querySelector("[data-edit-first]") || details.querySelector("textarea, input[type=text]");
           if (field) { field.focus(); }
         } else { handled = false; }
         break;
       case "u":
         handled = submit("undo-form");
-        break;
-      case "?":
-        var help = document.getElementById("review-help");
-        if (help) { help.classList.toggle("hidden"); } else { handled = false; }
         break;
       default:
         handled = false;

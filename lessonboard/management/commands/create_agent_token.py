@@ -20,10 +20,26 @@ class Command(BaseCommand):
             default=None,
             help="scope to grant; repeat for several (default: ingest)",
         )
+        parser.add_argument(
+            "--workspace",
+            action="append",
+            default=None,
+            help="bind the token to this workspace; repeat for several (default: any workspace)",
+        )
+        parser.add_argument(
+            "--may-create-workspaces",
+            action="store_true",
+            help="let an ingest token create a workspace by naming a new one (full tokens always may)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            issued = issue_token(options["name"], options["scope"] or [TokenScope.INGEST])
+            issued = issue_token(
+                options["name"],
+                options["scope"] or [TokenScope.INGEST],
+                workspaces=options["workspace"] or [],
+                may_create_workspaces=options["may_create_workspaces"],
+            )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         AuditEvent.record(

@@ -4,16 +4,22 @@ Order of start: embedded PostgreSQL (unless DATABASE_URL) → migrate → first-
 and beat → gunicorn → wait for /healthz → print the URL and how to log in.
 Order of stop (Ctrl-C or SIGTERM): web first (no new work accepted), then the workers drain within
 LESSONBOARD_DRAIN_TIMEOUT (the WAL keeps whatever is not finished), then beat, then PostgreSQL.
+
+Each child runs in its own session, so a terminal's Ctrl-C reaches only serve, which stops them in that
+order; a child that exits meanwhile is restarted with a backoff, and one that crash-loops makes serve stop
+and exit non-zero (lessonboard/supervisor.py, docs/operations.md#supervision).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,23 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from lessonboard import embedded
 from lessonboard.roles import ADMIN, assign_role
+from lessonboard.supervisor import Child, CrashLoop, clear_status, write_status
+
+METRICS_ENV = "LESSONBOARD_METRICS_ALLOWED_ADDRESSES"
+LOOPBACK = "127.0.0.1,::1"
+
+
+def metrics_default(host: str, environ: dict[str, str], behind_tls_proxy: bool) -> str | None:
+    """The allow-list serve gives its web server when the operator set none: this machine only, when the
+    web listens on loopback alone and no proxy forwards strangers (behind one, every request would come
+    from loopback). An operator's value, even an empty one, is kept (docs/security.md#metrics)."""
+    if METRICS_ENV in environ or behind_tls_proxy:
+        return None
+    try:
+        loopback_only = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback_only = host == "localhost"
+    return LOOPBACK if loopback_only else None
 
 
 class Command(BaseCommand):
@@ -34,20 +57,27 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=settings.WEB_HOST)
         parser.add_argument("--port", type=int, default=settings.WEB_PORT)
         parser.add_argument("--no-workers", action="store_true", help="web only (workers run elsewhere)")
+        parser.add_argument(
+            "--demo", action="store_true", help="seed the demo workspace with sample data first (lessonboard/demo.py)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stop_requested = threading.Event()
-        self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.children: list[Child] = []
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
         try:
             child_env = self._prepare()
+            if options["demo"]:
+                call_command("demo", stdout=self.stdout)
             self._start_children(child_env, options)
             url = f"http://{options['host']}:{options['port']}/"
             if not self._wait_for_web(url):
                 raise CommandError("the web server did not come up; see its output above")
             self._print_welcome(url)
             self._supervise()
+        except CrashLoop as exc:
+            raise CommandError(str(exc), returncode=3) from exc
         finally:
             self._shutdown()
 
@@ -65,8 +95,10 @@ class Command(BaseCommand):
             env["DATABASE_URL"] = embedded.database_url(pgdata, name)
         # Metrics of a previous run are stale: start multiprocess mode from an empty directory.
         metrics_dir = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+        # serve's own files are not stale: this process has them open (its counters count child exits).
         for stale in metrics_dir.glob("*.db"):
-            stale.unlink(missing_ok=True)
+            if not stale.name.endswith(f"_{os.getpid()}.db"):
+                stale.unlink(missing_ok=True)
         env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
         self.stdout.write("Applying migrations …")
         call_command("migrate", interactive=False, verbosity=0)
@@ -98,6 +130,11 @@ class Command(BaseCommand):
     def _start_children(self, env: dict[str, str], options: dict[str, Any]) -> None:
         python = sys.executable
         bind = f"{options['host']}:{options['port']}"
+        self.metrics_hint = ""
+        allowed = metrics_default(options["host"], env, settings.BEHIND_TLS_PROXY)
+        if allowed is not None:
+            env[METRICS_ENV] = allowed
+            self.metrics_hint = "Metrics: {url}metrics (open to this machine only; docs/security.md#metrics)"
         web = [
             python,
             "-m",
@@ -156,11 +193,14 @@ class Command(BaseCommand):
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
         self.stdout.write(f"Starting {name}: {' '.join(cmd[1:6])} …")
-        self.children.append((name, subprocess.Popen(cmd, env=env, cwd=settings.BASE_DIR)))
+        child = Child(name, cmd, env, settings.BASE_DIR)
+        child.start()
+        self.children.append(child)
+        write_status(self.children)
 
     def _wait_for_web(self, url: str) -> bool:
         for _ in range(600):  # up to 60 s
-            if self.stop_requested.is_set() or any(proc.poll() is not None for _, proc in self.children):
+            if self.stop_requested.is_set() or any(c.proc is None or c.proc.poll() is not None for c in self.children):
                 return False
             try:
                 with urllib.request.urlopen(url + "healthz", timeout=1) as response:
@@ -173,7 +213,8 @@ class Command(BaseCommand):
 
     def _print_welcome(self, url: str) -> None:
         lines = ["", "=" * 72, f"lessonboard is running at {url}", *self.login_hint]
-        lines += [f"Admin site: {url}admin/", "Press Ctrl-C to stop (workers drain, PostgreSQL stops).", "=" * 72, ""]
+        lines += [f"Admin site: {url}admin/"] + ([self.metrics_hint.format(url=url)] if self.metrics_hint else [])
+        lines += ["Press Ctrl-C to stop (workers drain, PostgreSQL stops).", "=" * 72, ""]
         self.stdout.write("\n".join(lines))
         self.stdout.flush()
 
@@ -182,30 +223,42 @@ class Command(BaseCommand):
         self.stop_requested.set()
 
     def _supervise(self) -> None:
-        while not self.stop_requested.wait(0.5):
-            for name, proc in self.children:
-                if proc.poll() is not None:
-                    self.stderr.write(f"{name} exited with status {proc.returncode}; stopping lessonboard.")
-                    self.stop_requested.set()
-                    break
+        """Restart children that exit (web and database stay up when a worker dies); CrashLoop ends it."""
+        while not self.stop_requested.wait(0.2):
+            now = time.monotonic()
+            changed = False
+            for child in self.children:
+                line = child.check(now)  # raises CrashLoop
+                if line:
+                    self.stderr.write(line)
+                    changed = True
+                if child.due(now) and not self.stop_requested.is_set():
+                    child.start()
+                    assert child.proc is not None
+                    self.stdout.write(f"Restarted {child.name} (pid {child.proc.pid}).")
+                    changed = True
+            if changed:
+                write_status(self.children)
 
     def _shutdown(self) -> None:
         self.stdout.write("Stopping lessonboard …")
         order = ["web", "worker", "beat"]
         for name in order:
-            for child_name, proc in self.children:
-                if child_name == name and proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
+            for child in self.children:
+                if child.name == name and child.proc is not None and child.proc.poll() is None:
+                    child.proc.send_signal(signal.SIGTERM)
             timeout = settings.DRAIN_TIMEOUT + 5 if name == "worker" else 15
-            for child_name, proc in self.children:
-                if child_name != name:
+            for child in self.children:
+                if child.name != name or child.proc is None:
                     continue
                 try:
-                    proc.wait(timeout=timeout)
+                    child.proc.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
                     self.stderr.write(f"{name} did not stop in {timeout:.0f}s; killing it.")
-                    proc.kill()
-                    proc.wait()
+                    os.killpg(child.proc.pid, signal.SIGKILL)  # its own group: its workers too
+                    child.proc.wait()
+            self.stdout.write(f"Stopped {name}.")
+        clear_status()
         if settings.EMBEDDED_DATABASE:
             from django.db import connections
 

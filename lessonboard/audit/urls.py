@@ -1,6 +1,6 @@
 from django.urls import path
 
-from lessonboard import audit
+from lessonboard.audit import views as audit
 
 app_name = "audit"
 

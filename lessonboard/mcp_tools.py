@@ -1,0 +1,191 @@
+"""lessonboard as an MCP server: the agent-facing API as Model Context Protocol tools.
+
+The tools are thin: each one hands its arguments to the same code as the JSON API
+(``lessonboard.api.call_view`` runs the endpoint in-process, scope check and validation included; the
+memory proposal goes through ``lessons.review.staging.run_review`` with the agent as the proposer), so the
+two front doors cannot drift apart. The MCP SDK (``mcp``) does the protocol: JSON-RPC, the tool schemas
+it derives from the signatures below, argument validation and the tool-error shape.
+
+Transport: Streamable HTTP in stateless, JSON-response mode, served by Django at ``/mcp`` (see
+``lessonboard.mcp_views``): every POST carries one JSON-RPC message and gets its answer in the response
+body, so any gunicorn worker can answer it and nothing is kept between requests.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Annotated, Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from lessonboard.api import ApiError, call_view
+from lessonboard.models import AgentToken, TokenScope, Workspace
+
+# The token the current /mcp request authenticated with; set by the view around each request.
+current_token: contextvars.ContextVar[AgentToken | None] = contextvars.ContextVar("mcp_token", default=None)
+
+INSTRUCTIONS = """\
+lessonboard keeps lessons learned from earlier agent runs. Before a task, call retrieve_lessons with the
+task and put the returned memory_block into your context. After a task, call report_result with what
+happened (an error or a poor result becomes a lesson for next time). To change long-term memory directly,
+call propose_memory: the workspace's gates apply it, reject it, or hold it for a person to approve."""
+
+server: MCPServer[Any] = MCPServer(
+    name="lessonboard",
+    title="lessonboard — lessons from agent failures",
+    instructions=INSTRUCTIONS,
+    warn_on_duplicate_tools=False,
+)
+
+
+def _token(scope: str) -> AgentToken:
+    token = current_token.get()
+    if token is None:  # pragma: no cover - the view always sets it
+        raise ToolError("not authenticated")
+    if not token.has_scope(scope):
+        raise ToolError(f"this token lacks the '{scope}' scope")
+    return token
+
+
+def _answer(status: int, body: Any) -> dict[str, Any]:
+    """The endpoint's answer as the tool's result; a 4xx/5xx becomes a tool error naming the field."""
+    if status >= 400:
+        message = body.get("error", f"failed with HTTP {status}") if isinstance(body, dict) else str(body)
+        field = body.get("field") if isinstance(body, dict) else None
+        raise ToolError(f"{message} (argument: {field})" if field else message)
+    return body if isinstance(body, dict) else {"result": body}
+
+
+@sync_to_async
+def _call(view_path: str, scope: str, data: dict[str, Any]) -> dict[str, Any]:
+    from django.utils.module_loading import import_string
+
+    token = _token(scope)
+    status, body = call_view(import_string(view_path), token, {k: v for k, v in data.items() if v is not None})
+    return _answer(status, body)
+
+
+@server.tool(
+    description=(
+        "Find the lessons that apply to a task before you start it. Returns `memory_block` (a "
+        "'## Long-term Memory' section to put into your context as is) and `lessons` (each with its id, "
+        "situation, mistake, correction, tags and retrieval score). An empty `lessons` list means nothing "
+        "relevant is known yet."
+    )
+)
+async def retrieve_lessons(
+    task: Annotated[str, Field(description="The task you are about to do, in your own words.", min_length=1)],
+    k: Annotated[int, Field(description="How many lessons at most (1-50).", ge=1, le=50)] = 5,
+    workspace: Annotated[
+        str | None, Field(description="Only lessons of this workspace (project slug); omit for all.")
+    ] = None,
+) -> dict[str, Any]:
+    return await _call("lessons.api_views.retrieve", TokenScope.FULL, {"task": task, "k": k, "workspace": workspace})
+
+
+@server.tool(
+    description=(
+        "Report how a task went. When the result shows a failure (an error, a failing check, a low "
+        "quality score in metadata), lessonboard queues it durably and a worker turns it into a lesson. "
+        "Returns `status`: `accepted` (queued, with `job_id`), `deduped` (the same report is already "
+        "queued) or `no_trigger` (nothing to learn from)."
+    )
+)
+async def report_result(
+    task: Annotated[str, Field(description="The task as it was given to you.", min_length=1)],
+    output: Annotated[str | None, Field(description="What you produced (final answer, last output).")] = None,
+    error: Annotated[str | None, Field(description="The error you hit, if any.")] = None,
+    metadata: Annotated[
+        dict[str, str] | None,
+        Field(description="Extra string facts, e.g. {'refine_low_quality': 'true'} or a workspace/agent."),
+    ] = None,
+    agent: Annotated[str | None, Field(description="Your agent name, kept with the lesson.")] = None,
+    workspace: Annotated[str | None, Field(description="The workspace (project slug) you worked in.")] = None,
+    retrieval_id: Annotated[
+        int | None,
+        Field(description="The retrieval_id retrieve_lessons gave for this task: records how the task went."),
+    ] = None,
+) -> dict[str, Any]:
+    data: dict[str, Any] = {"task": task, "output": output, "error": error, "metadata": metadata, "agent": agent}
+    data.update(workspace=workspace, retrieval_id=retrieval_id)
+    return await _call("lessonq.api.triggers", TokenScope.INGEST, data)
+
+
+@server.tool(
+    description=(
+        "Say how a task went after retrieve_lessons, using the retrieval_id it returned: success true or "
+        "false, and a short note. lessonboard learns from this which lessons help. (report_result with "
+        "retrieval_id does the same and also queues a lesson when the task failed.)"
+    )
+)
+async def report_outcome(
+    retrieval_id: Annotated[int, Field(description="The retrieval_id from retrieve_lessons.", ge=1)],
+    success: Annotated[bool, Field(description="Whether the task went well.")],
+    note: Annotated[str | None, Field(description="What happened, in a sentence.")] = None,
+) -> dict[str, Any]:
+    data = {"retrieval_id": retrieval_id, "success": success, "note": note}
+    return await _call("lessons.api_views.outcome", TokenScope.INGEST, data)
+
+
+@server.tool(
+    description=(
+        "Propose one change to long-term memory (hermes' reviewAndLearn): `target` is 'memory' (facts about "
+        "the environment), 'user' (the user's preferences) or 'lesson'; `op` is 'add', 'replace' or "
+        "'remove' (lessons: 'add' only). The workspace's gates decide: the result has the proposal in "
+        "exactly one of `applied`, `rejected`, `failed` (the store refused it, with its reason) or "
+        "`pending` (held for a person to approve)."
+    )
+)
+async def propose_memory(
+    target: Annotated[str, Field(description="'memory', 'user' or 'lesson'.")],
+    op: Annotated[str, Field(description="'add', 'replace' or 'remove'.")],
+    content: Annotated[
+        str | None, Field(description="The new entry (add/replace). For a lesson: what to do next time.")
+    ] = None,
+    old_text: Annotated[
+        str | None, Field(description="A unique part of the entry to replace or remove (replace/remove).")
+    ] = None,
+    rationale: Annotated[str, Field(description="Why this belongs in memory.")] = "",
+    score: Annotated[float, Field(description="Your confidence, 0 to 1.", ge=0.0, le=1.0)] = 0.7,
+    workspace: Annotated[str, Field(description="The workspace (project slug) whose memory to change.")] = "default",
+    situation: Annotated[str | None, Field(description="For a lesson: the situation in which it applies.")] = None,
+    mistake: Annotated[str | None, Field(description="For a lesson: what went wrong.")] = None,
+    agent: Annotated[str | None, Field(description="Your agent name, kept with the proposal.")] = None,
+) -> dict[str, Any]:
+    raw: dict[str, Any] = {"target": target, "op": op, "rationale": rationale, "score": float(score)}
+    if target == "lesson":
+        raw["lesson"] = {"situation": situation or "", "mistake": mistake or "", "correction": content or ""}
+    else:
+        raw["content"] = content
+        raw["old_text"] = old_text
+    return await _propose(raw, workspace, agent or "")
+
+
+@sync_to_async
+def _propose(raw: dict[str, Any], slug: str, agent: str) -> dict[str, Any]:
+    from lessons.review.api_views import _workspace_slug, outcome_payload
+    from lessons.review.proposals import InvalidProposal, parse_proposal
+    from lessons.review.staging import run_review
+
+    token = _token(TokenScope.FULL)
+    try:
+        slug = _workspace_slug(slug)
+        proposal = parse_proposal({k: v for k, v in raw.items() if v is not None})
+    except (ApiError, InvalidProposal) as exc:
+        raise ToolError(getattr(exc, "message", None) or str(exc)) from exc
+    summary = f"proposal from {agent or token.name} over MCP: {proposal.label()}"
+    if proposal.rationale:
+        summary += f" — {proposal.rationale}"
+    summary = summary[: settings.REVIEW_SUMMARY_MAX]
+    # The agent is the proposer: the pass, its gates, the store and the records are the API's own.
+    result = run_review(
+        Workspace.objects.for_slug(slug), summary, agent=agent, proposer=lambda _summary: [proposal], token=token
+    )
+    if result.error is not None:
+        raise ToolError(f"{result.error.stage}: {result.error.message}")
+    rows = list(result.run.proposals.order_by("position"))
+    return {"run": result.run.pk, "workspace": slug, **outcome_payload(rows)}
