@@ -61,4 +61,4 @@ class JobAttemptAdmin(admin.ModelAdmin):
         return False
 
 
-from lessonq import triage_admin  # noqa: E402,F401  (issue 5: bulk actions and retention runs)
+from lessonq.triage import admin as triage_admin  # noqa: E402,F401  (bulk actions and retention runs)

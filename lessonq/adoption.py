@@ -9,7 +9,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from django.db import transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 
 from lessonq import metrics
 from lessonq.dispatch import dispatch
@@ -17,7 +17,7 @@ from lessonq.ingest import record_job
 from lessonq.jobid import is_job_id
 from lessonq.models import Job, JobState
 from lessonq.paths import base, dlq, wal
-from lessonq.wal import SUFFIX, CorruptRecord, Wal, decode, unframe
+from lessonq.wal import REASON_SUFFIX, SUFFIX, CorruptRecord, Wal, WalError, decode, unframe
 
 
 @dataclass
@@ -59,29 +59,43 @@ def _adopt(path: Path, kind: str, target: Wal, state: str, report: ImportReport)
         record = decode(unframe(data))
         if not is_job_id(record.id) or path.name != f"{record.id}{SUFFIX}":
             raise CorruptRecord(f"job id {record.id!r} does not match its file name")
-    except CorruptRecord:
-        _quarantine_copy(path, kind)
+    except CorruptRecord as exc:
+        _quarantine_copy(path, kind, str(exc))
         report.quarantined += 1
         return
     if Job.objects.filter(pk=record.id).exists():
         report.known += 1
         return
-    target.put_bytes(record.id, data)
-    with transaction.atomic():
-        job = record_job(record, state=state)
-        if state == JobState.DEAD:
-            job.mark_dead(record.last_error)
-            report.dead += 1
-        else:
-            dispatch(job)
-            report.active += 1
+    # One record that cannot be adopted (a value the database refuses) is copied to quarantine/ with its
+    # reason; the others are still imported (docs/operations.md#poison-records).
+    try:
+        with transaction.atomic():
+            job = record_job(record, state=state)
+            if state == JobState.DEAD:
+                job.mark_dead(record.last_error)
+            target.put_bytes(record.id, data)  # before the commit: a crash in between leaves a record to adopt
+            if state != JobState.DEAD:
+                dispatch(job)
+    except (OperationalError, InterfaceError):
+        raise  # the database is down: no record is at fault
+    except (DatabaseError, ValueError, WalError) as exc:
+        _quarantine_copy(path, kind, f"cannot be adopted: {type(exc).__name__}: {exc}", poison=True)
+        report.quarantined += 1
+        return
+    if state == JobState.DEAD:
+        report.dead += 1
+    else:
+        report.active += 1
 
 
-def _quarantine_copy(path: Path, kind: str) -> None:
+def _quarantine_copy(path: Path, kind: str, reason: str, *, poison: bool = False) -> None:
     folder = base() / "quarantine"
     folder.mkdir(mode=0o750, parents=True, exist_ok=True)
     target = folder / f"import-{kind}-{path.name}"
     if not target.exists():
         shutil.copyfile(path, target)
         target.chmod(0o600)
-        metrics.WAL_CORRUPTION.inc()
+        reason_file = target.with_name(target.name + REASON_SUFFIX)
+        reason_file.write_text(reason[:2000] + "\n", encoding="utf-8", errors="backslashreplace")
+        reason_file.chmod(0o600)
+        (metrics.POISON_RECORDS if poison else metrics.WAL_CORRUPTION).inc()

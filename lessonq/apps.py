@@ -20,8 +20,8 @@ class QueueConfig(AppConfig):
 
         if not any(isinstance(c, metrics.QueueGaugeCollector) for c in project_metrics.EXTRA_COLLECTORS):
             project_metrics.EXTRA_COLLECTORS.append(metrics.QueueGaugeCollector())
-        _register_triage_collector(project_metrics.EXTRA_COLLECTORS)  # issue 5
-        from lessonq import triage
+        _register_triage_collector(project_metrics.EXTRA_COLLECTORS)
+        from lessonq.triage import queries as triage
 
         # The queue page's own counts: shared through the cache and estimated on big tables, so the
         # Overview's polling costs no COUNT over 100k dead jobs per viewer.
@@ -30,18 +30,29 @@ class QueueConfig(AppConfig):
 
         SECTIONS.extend(
             [
-                Count("Lesson queue", "Pending jobs", tab("pending"), "queue:index"),
-                Count("Lesson queue", "Retrying jobs", tab("retrying"), "queue:index"),
-                Count("Lesson queue", "Dead jobs (DLQ)", tab("dead"), "queue:index"),
-                Count("Lesson queue", "Done jobs (recent)", tab("done"), "queue:index"),
+                Count("Lesson queue", "Pending jobs", tab("pending"), "queue:index", "tab=pending"),
+                Count("Lesson queue", "Retrying jobs", tab("retrying"), "queue:index", "tab=retrying"),
+                Count("Lesson queue", "Dead jobs (DLQ)", tab("dead"), "queue:index", "tab=dead"),
+                Count("Lesson queue", "Done jobs (recent)", tab("done"), "queue:index", "tab=done"),
             ]
         )
+        from lessonboard import breaker
+
+        if _sweep_when_the_llm_is_back not in breaker.RECOVERY_HOOKS:
+            breaker.RECOVERY_HOOKS.append(_sweep_when_the_llm_is_back)
         worker_ready.connect(_replay_at_worker_start, weak=False, dispatch_uid="lessonq-replay")
         worker_shutting_down.connect(_bound_the_drain, weak=False, dispatch_uid="lessonq-drain")
 
 
+def _sweep_when_the_llm_is_back() -> None:
+    """The LLM breaker closed: sweep every node now, so jobs that waited are dispatched at once."""
+    from lessonq.tasks import sweep_all
+
+    sweep_all.delay()
+
+
 def _register_triage_collector(collectors: list[Any]) -> None:
-    from lessonq.triage_metrics import TriageCollector
+    from lessonq.triage.metrics import TriageCollector
 
     if not any(isinstance(c, TriageCollector) for c in collectors):
         collectors.append(TriageCollector())
@@ -56,7 +67,15 @@ def _replay_at_worker_start(sender: Any = None, **_: Any) -> None:
     # The consumer's queues (-Q): only a worker serving this node's lesson queue replays its WAL.
     consumer = getattr(sender, "task_consumer", None)
     queues = {q.name for q in getattr(consumer, "queues", [])}
-    replay_at_start(consumes=settings.LESSONQ_QUEUE in queues or not queues)
+    consumes = settings.LESSONQ_QUEUE in queues or not queues
+    replay_at_start(consumes=consumes)
+    if consumes:
+        from lessonq.failover import Keeper
+        from lessonq.lifecycle import start_once
+        from lessonq.outbox import Dispatcher
+
+        start_once("lease keeper", Keeper)  # the node's lease (docs/architecture.md#node-failover)
+        start_once("outbox dispatcher", Dispatcher)  # the messages ingests owe (docs/architecture.md#order-of-effects)
 
 
 def _bound_the_drain(sig: str = "", how: str = "", exitcode: int = 0, **_: Any) -> None:

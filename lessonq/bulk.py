@@ -1,8 +1,9 @@
 """Bulk retry/purge in the background: the operator confirms a preview, the ids are frozen into
 ``BulkItem`` rows (capped by ``LESSONQ_BULK_CAP``), and a Celery task on the ``default`` queue runs them
-one by one through ``lessonq.dlq`` — recording each item's result, advancing the progress counters,
-and stopping between items when cancelled. The whole run is one audit event with its filter and the
-per-item results (each single retry/purge is audited by ``lessonq.dlq`` as well)."""
+through ``lessonq.dlq`` — retries in batches (``retry_many``), purges one by one — recording each item's
+result, advancing the progress counters, and stopping between chunks when cancelled. The whole run is
+one audit event with its filter and the per-item results (``lessonq.dlq`` audits each retry batch and
+each purge as well)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from django.utils import timezone
 from lessonboard.models import AuditEvent
 from lessonq import dlq
 from lessonq.models import Job
-from lessonq.triage import forget_counts
-from lessonq.triage_models import BulkAction, BulkItem, BulkKind, BulkState, ItemOutcome
+from lessonq.triage.models import BulkAction, BulkItem, BulkKind, BulkState, ItemOutcome
+from lessonq.triage.queries import forget_counts
 
-CHUNK = 25  # items per progress write and cancel check
+# Items per progress write and cancel check; retries run a chunk as one batch (``dlq.retry_many``:
+# grouped WAL fsyncs, one UPDATE), so the chunk also sets how many directory fsyncs a bulk retry pays.
+CHUNK = 100
 
 
 def start(
@@ -67,12 +70,14 @@ def run(bulk_id: int) -> str:
             items = list(BulkItem.objects.filter(bulk_id=bulk_id, outcome="").order_by("position")[:CHUNK])
             if not items:
                 break
-            ok = failed = 0
-            for item in items:
-                item.outcome, item.message = _run_one(action, item.job_id, user=bulk.created_by, reason=reason)
-                ok += item.outcome != ItemOutcome.FAILED
-                failed += item.outcome == ItemOutcome.FAILED
-            BulkItem.objects.bulk_update(items, ["outcome", "message"])
+            if bulk.kind == BulkKind.RETRY:
+                _retry_chunk(items, user=bulk.created_by, reason=reason)
+            else:
+                for item in items:
+                    item.outcome, item.message = _run_one(action, item.job_id, user=bulk.created_by, reason=reason)
+            failed = sum(1 for item in items if item.outcome == ItemOutcome.FAILED)
+            ok = len(items) - failed
+            _save_outcomes(items)
             BulkAction.objects.filter(pk=bulk_id).update(
                 processed=F("processed") + len(items), succeeded=F("succeeded") + ok, failed=F("failed") + failed
             )
@@ -82,6 +87,36 @@ def run(bulk_id: int) -> str:
         raise
     cancelled = BulkAction.objects.filter(pk=bulk_id, state=BulkState.CANCELLING).exists()
     return _finish(bulk_id, BulkState.CANCELLED if cancelled else BulkState.DONE)
+
+
+def _save_outcomes(items: list[BulkItem]) -> None:
+    """One UPDATE per distinct (outcome, message): a chunk is mostly "done", so one or two statements
+    where ``bulk_update`` would build a CASE over every item."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for item in items:
+        groups.setdefault((item.outcome, item.message), []).append(item.pk)
+    for (outcome, message), pks in groups.items():
+        BulkItem.objects.filter(pk__in=pks).update(outcome=outcome, message=message)
+
+
+def _retry_chunk(items: list[BulkItem], *, user: Any, reason: str) -> None:
+    """A chunk of retries through ``dlq.retry_many`` (grouped WAL writes, one UPDATE); each item gets
+    its outcome. An unexpected error fails the chunk's items, not the run."""
+    try:
+        result = dlq.retry_many([item.job_id for item in items], user=user, reason=reason)
+    except Exception as exc:  # a full disk, a broker hiccup: these items failed, the next chunk may run
+        for item in items:
+            item.outcome, item.message = ItemOutcome.FAILED, f"{type(exc).__name__}: {exc}"
+        return
+    done = set(result.done)
+    for item in items:
+        if item.job_id in result.sent:
+            item.outcome, item.message = ItemOutcome.SENT, f"sent to {result.sent[item.job_id]}"
+        elif item.job_id in done:
+            item.outcome, item.message = ItemOutcome.DONE, ""
+        else:
+            item.outcome = ItemOutcome.FAILED
+            item.message = result.failed.get(item.job_id) or result.failed.get(item.job_id.lower(), "not retried")
 
 
 def _run_one(action: Any, job_id: str, *, user: Any, reason: str) -> tuple[str, str]:

@@ -1,9 +1,10 @@
 """Fault injection for crash tests: ``LESSONQ_FAULT=<point>`` makes the process die (``os._exit(137)``,
-as a ``kill -9`` would) when it reaches that named point of an effect order (ARCHITECTURE.md).
+as a ``kill -9`` would) when it reaches that named point of an effect order (docs/architecture.md#crash-points).
 
 Points: ``wal.append.after_tmp``, ``ingest.after_wal``, ``ingest.after_row``, ``success.after_commit``, ``skipped.after_row``,
 ``transient.after_wal``, ``transient.after_row``, ``dead.after_dlq``, ``dead.after_row``,
-``retry.after_wal``, ``retry.after_row``, ``process.after_claim``.
+``retry.after_wal``, ``retry.after_row``, ``process.after_claim``, ``failover.after_wal``, ``failover.after_commit``,
+``outbox.before_send`` (the node's dispatcher, after the job was accepted).
 ``LESSONQ_FAULT_ONCE=<path>``: only fire if that file does not exist yet (it is created first), so a
 restarted worker gets past the point.
 """

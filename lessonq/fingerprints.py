@@ -10,7 +10,7 @@ The rules are PostgreSQL ARE regexes, applied in order (URLs and timestamps befo
 
 from __future__ import annotations
 
-from django.db.models import Expression, F, Func, TextField, Value
+from django.db.models import Case, Expression, F, Func, TextField, Value, When
 
 SIGNATURE_LENGTH = 500
 
@@ -49,12 +49,25 @@ def normalised(field: str = "last_error") -> Func:
     return Func(trimmed, Value(SIGNATURE_LENGTH), function="left", output_field=TextField())
 
 
-def signature_expression() -> Func:
-    return normalised("last_error")
+def signature_expression() -> Case:
+    return _unless_empty(normalised("last_error"))
 
 
 def fingerprint_expression() -> Func:
     """SQL: the first 16 hex characters of md5(trigger, newline, signature)."""
-    joined = Func(F("trigger"), Value("\n"), normalised("last_error"), template="(%(expressions)s)", arg_joiner=" || ")
+    joined = Func(
+        F("trigger"),
+        Value("\n"),
+        _unless_empty(normalised("last_error")),
+        template="(%(expressions)s)",
+        arg_joiner=" || ",
+    )
     digest = Func(joined, function="md5", output_field=TextField())
     return Func(digest, Value(16), function="left", output_field=TextField())
+
+
+def _unless_empty(signature: Func) -> Case:
+    """``''`` for an empty error without running the rules (every rule leaves ``''`` as it is, so the
+    value is the same): every job is inserted with no error yet, and the 2 × 11 ``regexp_replace`` calls
+    cost more than the rest of the insert (a replay adopts 100,000 rows)."""
+    return Case(When(last_error="", then=Value("")), default=signature, output_field=TextField())

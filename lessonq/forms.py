@@ -8,8 +8,8 @@ from django import forms
 
 from lessonq.jobid import is_job_id
 from lessonq.models import Trigger
-from lessonq.triage import AGES, DEFAULT_TAB, SORTS, TABS, JobFilter
-from lessonq.triage_models import BulkKind
+from lessonq.triage.models import BulkKind
+from lessonq.triage.queries import AGES, DEFAULT_TAB, SORTS, TABS, JobFilter
 
 AGE_CHOICES = [("", "any"), *((k, k) for k in AGES)]
 
@@ -58,3 +58,17 @@ class BulkForm(JobFilterForm):
         if cleaned.get("scope") == "selection" and not self.ids:
             raise forms.ValidationError("Select at least one job, or act on everything matching the filter.")
         return cleaned
+
+
+class LessonDraftForm(forms.Form):
+    """A lesson drawn from a dead job or an error group, as a person edits it before it is proposed."""
+
+    situation = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 3}))
+    mistake = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 4}))
+    correction = forms.CharField(
+        max_length=2000, widget=forms.Textarea(attrs={"rows": 3}), help_text="what an agent should do instead"
+    )
+    tags = forms.CharField(required=False, max_length=500, help_text="comma-separated")
+
+    def clean_tags(self) -> list[str]:
+        return [t.strip().lower() for t in self.cleaned_data["tags"].split(",") if t.strip()][:20]

@@ -1,4 +1,4 @@
-"""Lesson generation as chatcli does it (spec §9): the prompt layout, the truncation and the tolerant
+"""Lesson generation as chatcli does it (docs/compat/chatcli.md#lesson-generation): the prompt layout, the truncation and the tolerant
 parser. The LLM call itself goes through ``lessonboard.llm``."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lessonboard import llm
+from lessonboard.inputs import storable
 
 LESSON_SYSTEM_PROMPT = """You distill engineering lessons from a single AI agent attempt.
 Output a small XML-ish block and nothing else. A lesson must be general enough to help with similar
@@ -26,6 +27,9 @@ OUTPUT (verbatim shape):
 MAX_TOKENS = 600  # chatcli's lesson call
 ATTEMPT_LIMIT = 1500
 OUTCOME_LIMIT = 800
+# Not in chatcli, which sends the whole task: a trigger's task may be megabytes (the WAL accepts up to
+# 16 MiB), so the prompt carries its first TASK_LIMIT characters (docs/api.md#input-policy).
+TASK_LIMIT = 8000
 
 NO_BLOCKS = "lesson parser: no recognized blocks in response"
 MISSING_REQUIRED = "lesson parser: missing required blocks (situation, correction)"
@@ -52,7 +56,7 @@ def truncate(text: str, limit: int) -> str:
 
 def user_message(*, task: str, attempt: str, outcome: str, trigger: str) -> str:
     return (
-        f"TASK:\n{task}\n\nATTEMPT:\n{truncate(attempt, ATTEMPT_LIMIT)}\n\n"
+        f"TASK:\n{truncate(task, TASK_LIMIT)}\n\nATTEMPT:\n{truncate(attempt, ATTEMPT_LIMIT)}\n\n"
         f"OUTCOME (why we are reflecting):\n{truncate(outcome, OUTCOME_LIMIT)}\n\nTRIGGER: {trigger}"
     )
 
@@ -65,10 +69,11 @@ def messages(*, task: str, attempt: str, outcome: str, trigger: str) -> list[dic
 
 
 def parse(text: str, trigger: str) -> GeneratedLesson | None:
-    """The lesson in ``text``; ``None`` for ``<skip>``; ``LessonParseError`` when unusable (§9.2)."""
+    """The lesson in ``text``; ``None`` for ``<skip>``; ``LessonParseError`` when unusable (docs/compat/chatcli.md#lesson-parser)."""
     blocks: dict[str, str] = {}
     for name, body in _BLOCK.findall(text):
-        blocks[name] = body.strip()  # the last occurrence wins
+        # the last occurrence wins; model text is stored, so NUL and lone surrogates become U+FFFD
+        blocks[name] = storable(body.strip())
     if not blocks:
         raise LessonParseError(NO_BLOCKS)
     if "skip" in blocks:

@@ -1,6 +1,6 @@
 """Go ``encoding/json`` and ``time.RFC3339Nano`` compatibility: what chatcli writes into its WAL records.
 
-Byte-identical output matters because the record's CRC covers it (spec §2.4, §18).
+Byte-identical output matters because the record's CRC covers it (docs/compat/chatcli.md#wal-envelope, docs/compat/chatcli.md#go-json).
 """
 
 from __future__ import annotations
@@ -61,8 +61,17 @@ _RFC3339 = re.compile(
 )
 
 
+# What Go writes: ``YYYY-MM-DDTHH:MM:SS[.fff…](Z|±HH:MM)`` with ASCII digits and upper-case ``T``/``Z``.
+# Python's parser (3.11+) reads this shape exactly; one compiled match decides, much cheaper than
+# checking it piece by piece in Python (replay parses two times per record).
+_GO_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)", re.ASCII)
+
+
 def parse_time(text: str) -> datetime:
     """RFC 3339 with any fractional precision (sub-microsecond digits are truncated)."""
+    if _GO_RFC3339.fullmatch(text):
+        return datetime.fromisoformat(text)
+    # Anything else (lower-case ``t``/``z``) takes the general rules, or is refused.
     m = _RFC3339.match(text)
     if not m:
         raise ValueError(f"not an RFC 3339 time: {text!r}")

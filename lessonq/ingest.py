@@ -1,14 +1,16 @@
-"""Accepting triggers: chatcli's trigger detection and outcome text (spec §10.2–10.3) and ``enqueue``,
+"""Accepting triggers: chatcli's trigger detection and outcome text (docs/compat/chatcli.md#triggers) and ``enqueue``,
 the in-process entry point (the API view and any other producer call it).
 
-Order of effects (ARCHITECTURE.md): WAL append (durable) → answer → upsert the row → publish after
-commit. Once the WAL append has returned the trigger is safe: if the database or the broker is down
-the caller still gets "accepted" and the sweeper/replay finishes the job.
+Order of effects (docs/architecture.md#order-of-effects): WAL append (durable) → the row and its outbox entry → answer;
+the node's dispatcher publishes (``lessonq.outbox``). Once the WAL append has returned the trigger is
+safe: if the database or the broker is down the caller still gets "accepted" and the sweeper/replay
+finishes the job.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,11 +19,13 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
+from lessonboard import breaker, llm
+from lessonboard.inputs import storable
 from lessonboard.models import AgentToken, Workspace
 from lessonq import faults, gojson, metrics
-from lessonq.dispatch import dispatch
+from lessonq.dispatch import QUEUE_FULL, dispatch, wait_for_room
 from lessonq.jobid import job_id
-from lessonq.models import DONE, Job, JobState, Trigger
+from lessonq.models import ACTIVE, DONE, Job, JobState, Trigger
 from lessonq.paths import wal
 from lessonq.wal import WalJob
 
@@ -36,7 +40,7 @@ META_LOW_QUALITY_REASON = "refine_low_quality_reason"
 
 @dataclass(frozen=True)
 class LessonRequest:
-    """chatcli's ``LessonRequest`` (§2.1)."""
+    """chatcli's ``LessonRequest`` (docs/compat/chatcli.md#lesson-request)."""
 
     task: str
     attempt: str
@@ -105,18 +109,13 @@ def enqueue(
     token: AgentToken | None = None,
     now: datetime | None = None,
 ) -> Enqueued:
-    """Accept a lesson request durably on this node. Idempotent per JobID while the job is known."""
+    """Accept a lesson request durably on this node. Idempotent per JobID while the job is known.
+
+    The hot path is the WAL append, then one statement that inserts the row, decides its dispatch and
+    owes its message to the node's dispatcher (``_insert_row``). A JobID seen before, a full node or an
+    LLM outage take the rarer paths below."""
     now = now or timezone.now()
     jid = request.job_id
-    try:
-        with transaction.atomic():  # a savepoint: a failing database must not poison the caller's transaction
-            existing = Job.objects.filter(pk=jid).values_list("state", flat=True).first()
-    except DatabaseError:
-        existing = None
-    if existing is not None and existing not in (JobState.PURGED, JobState.EXPIRED):
-        # Known and either in flight, done or in the DLQ (retry it from there): one job per JobID.
-        metrics.ENQUEUE.labels(outcome="deduped").inc()
-        return Enqueued(jid, "deduped")
     record = WalJob(
         id=jid,
         task=request.task,
@@ -126,19 +125,180 @@ def enqueue(
         enqueued_at=gojson.local(now),
         next_attempt_at=gojson.local(now),
     )
-    if not wal().append(record):
+    if not wal().append(record):  # a record exists: the job is active (pending, running, waiting to retry)
         metrics.ENQUEUE.labels(outcome="deduped").inc()
         return Enqueued(jid, "deduped")
     faults.point("ingest.after_wal")
-    metrics.ENQUEUE.labels(outcome="accepted").inc()
     try:
-        job = record_job(record, agent=agent, workspace=workspace, token=token)
+        ws = Workspace.objects.for_slug(workspace) if isinstance(workspace, str) and workspace else workspace
+        ws = ws if isinstance(ws, Workspace) else None
+        try:
+            verdict = _insert_row(record, agent=agent, workspace=ws, token=token, now=now)
+        except IntegrityError:  # the JobID is known: finished, dead, purged or expired
+            return _known(record, agent=agent, workspace=ws, token=token, now=now)
         faults.point("ingest.after_row")
-        dispatched = dispatch(job, now=now, block=True)
+        # Admitted: the outbox entry written with the row is the message owed (the node's dispatcher sends it).
+        admitted = verdict == ADMITTED or _not_admitted(jid, verdict, now=now)
     except DatabaseError as exc:
         log.warning("lessonq: job %s is in the WAL but not in the database yet (%s); the sweeper adopts it", jid, exc)
+        metrics.ENQUEUE.labels(outcome="accepted").inc()
         return Enqueued(jid, "accepted", recorded=False)
-    return Enqueued(jid, "accepted", dispatched=dispatched)
+    metrics.ENQUEUE.labels(outcome="accepted").inc()
+    return Enqueued(jid, "accepted", dispatched=admitted)
+
+
+# What ``_insert_row`` decided for the new row.
+ADMITTED = "admitted"  # dispatched: counted in flight, its message to be published
+FULL = "full"  # no room on this node: deferred in the WAL (waiting_reason says so)
+OUTAGE = "outage"  # the LLM breaker is open: deferred until it closes
+UNCONFIGURED = "unconfigured"  # no LLM configured: deferred
+
+# One round trip, one implicit transaction (both statements go in one simple-query message):
+# - the commit need not wait for PostgreSQL's own WAL flush (synchronous_commit off for this
+#   transaction only): the trigger is already durable in our WAL file, fsynced before the answer, and
+#   a row lost to a crash is adopted again by replay (records without rows,
+#   docs/architecture.md#invariant). The row is a projection of the record here, not worth a second fsync;
+# - the row is inserted already decided: dispatched when the LLM is usable (configured, breaker closed)
+#   and the node has room. ``FOR UPDATE`` on the node's ``NodeLoad`` row orders concurrent ingests, and
+#   the statement trigger adds this row to that count before the commit releases the lock, so the next
+#   ingest reads it: admission is exact without a COUNT and without a second round trip. (A node's
+#   first ingest creates that row, so even the first concurrent ingests have a row to lock.)
+# - an admitted job's message is owed in ``queue_outbox``, written in the same transaction: the node's
+#   dispatcher (``lessonq.outbox``, a thread of its lesson worker) sends it, so the web process does no
+#   broker work (a publish costs as much CPU as the WAL append, and competes for the GIL with requests).
+INSERT_ROW_SQL = """
+SELECT set_config('synchronous_commit', 'off', true);
+INSERT INTO queue_nodeload (node, in_flight) VALUES (%(node)s, 0) ON CONFLICT (node) DO NOTHING;
+WITH verdict AS (
+  SELECT CASE
+    WHEN NOT %(configured)s THEN 'unconfigured'
+    WHEN EXISTS (
+      SELECT 1 FROM lessonboard_llmbreaker WHERE endpoint = %(endpoint)s AND state IN ('open', 'half_open')
+    ) THEN 'outage'
+    WHEN COALESCE((SELECT in_flight FROM queue_nodeload WHERE node = %(node)s FOR UPDATE), 0) < %(capacity)s
+      THEN 'admitted'
+    ELSE 'full'
+  END AS v
+), job AS (
+  INSERT INTO queue_job (
+    id, node, state, task, output, outcome, trigger, agent, workspace_id, agent_token_id, attempts,
+    enqueued_at, next_attempt_at, last_error, waiting_reason, dispatched_at, redispatches, claimed_by,
+    created_at, updated_at
+  )
+  SELECT %(id)s, %(node)s, 'pending', %(task)s, %(output)s, %(outcome)s, %(trigger)s, %(agent)s,
+    %(workspace)s, %(token)s, 0, %(now)s, %(now)s, '',
+    CASE v WHEN 'full' THEN %(full)s WHEN 'unconfigured' THEN %(unconfigured)s ELSE '' END,
+    CASE v WHEN 'admitted' THEN %(now)s::timestamptz END, 0, '', %(now)s, %(now)s
+  FROM verdict
+  RETURNING id
+), outbox AS (
+  INSERT INTO queue_outbox (job_id, node, created_at)
+  SELECT id, %(node)s, %(now)s FROM job, verdict WHERE v = 'admitted'
+  ON CONFLICT (job_id) DO NOTHING
+)
+SELECT v FROM verdict, job
+"""
+
+
+def _insert_row(
+    record: WalJob, *, agent: str, workspace: Workspace | None, token: AgentToken | None, now: datetime
+) -> str:
+    """Insert the new pending row and decide its dispatch in one statement: the verdict (``ADMITTED``…).
+    ``IntegrityError`` when the JobID has a row already (nothing is written then)."""
+    params = {
+        "id": record.id,
+        "node": settings.LESSONQ_QUEUE,
+        # The row holds what PostgreSQL can store; the WAL record keeps the exact text (docs/api.md#input-policy).
+        "task": storable(record.task),
+        "output": storable(record.attempt),
+        "outcome": storable(record.outcome),
+        "trigger": storable(record.trigger),
+        "agent": storable(agent),
+        "workspace": workspace.pk if workspace is not None else None,
+        "token": token.pk if token is not None and token.pk is not None else None,
+        "now": now,
+        "configured": llm.is_configured(),
+        "endpoint": breaker.endpoint(),
+        "capacity": settings.LESSONQ_CAPACITY,
+        "full": QUEUE_FULL.format(capacity=settings.LESSONQ_CAPACITY)[:300],
+        "unconfigured": llm.status_text()[:300],
+    }
+    connection = transaction.get_connection()
+    # Inside a caller's transaction a duplicate key must not abort it: a savepoint around the statement.
+    with transaction.atomic() if connection.in_atomic_block else nullcontext(), connection.cursor() as cursor:
+        cursor.execute(INSERT_ROW_SQL, params)
+        cursor.nextset()  # past set_config's row and the NodeLoad insert to the RETURNING row
+        cursor.nextset()
+        row = cursor.fetchone()
+    return str(row[0]) if row else FULL
+
+
+def _not_admitted(jid: str, verdict: str, *, now: datetime) -> bool:
+    """The rarer paths of a new row that was not dispatched: an outage gets its reason (the breaker's
+    text); a full node makes room by DropOldest, or waits up to LESSONQ_BLOCK_TIMEOUT (Block policy)."""
+    if verdict == OUTAGE:
+        reason = llm.unavailable_reason()[:300]
+        Job.objects.filter(pk=jid, dispatched_at__isnull=True).update(waiting_reason=reason)
+        return False
+    if verdict != FULL:
+        return False
+    job = Job.objects.get(pk=jid)
+    if settings.LESSONQ_DROP_OLDEST and dispatch(job, now=now):  # admit() un-dispatches the oldest waiting job
+        return True
+    return wait_for_room(job, now=now)
+
+
+def _known(
+    record: WalJob, *, agent: str, workspace: str | Workspace | None, token: AgentToken | None, now: datetime
+) -> Enqueued:
+    """The WAL append succeeded but the row exists. Under the row lock (a DLQ retry takes it too): a
+    purged or expired job runs anew; an active one keeps the record (rewritten from the row); a
+    finished or dead one is a duplicate, so the record just written goes again (a crash before that
+    unlink is repaired by replay: WAL record + finished row → unlink)."""
+    with transaction.atomic():
+        state = Job.objects.select_for_update().filter(pk=record.id).values_list("state", flat=True).first()
+        if state in (JobState.PURGED, JobState.EXPIRED):
+            job = record_job(record, agent=agent, workspace=workspace, token=token)
+            dispatched = dispatch(job, now=now)
+            metrics.ENQUEUE.labels(outcome="accepted").inc()
+            return Enqueued(record.id, "accepted", dispatched=dispatched)
+        if state in ACTIVE:
+            # Our append found no record, so the row was adopted from it a moment ago (a replay running
+            # concurrently) or its record was lost; either way the row's state is the record's truth.
+            job = Job.objects.get(pk=record.id)
+            wal().update(job.wal_job())
+            metrics.ENQUEUE.labels(outcome="accepted").inc()
+            return Enqueued(record.id, "accepted", dispatched=dispatch(job, now=now))
+        if state is not None:
+            wal().ack(record.id)
+    metrics.ENQUEUE.labels(outcome="deduped").inc()
+    return Enqueued(record.id, "deduped")
+
+
+def _row_fields(
+    record: WalJob, *, agent: str, workspace: Workspace | None, token: AgentToken | None, state: str = JobState.PENDING
+) -> dict[str, Any]:
+    return dict(
+        node=settings.LESSONQ_QUEUE,
+        state=state,
+        # The row holds what PostgreSQL can store; the WAL record keeps the exact text (docs/api.md#input-policy).
+        task=storable(record.task),
+        output=storable(record.attempt),
+        outcome=storable(record.outcome),
+        trigger=storable(record.trigger),
+        agent=storable(agent),
+        workspace=workspace,
+        agent_token=token,
+        attempts=record.attempts,
+        enqueued_at=record.enqueued_at,
+        next_attempt_at=max(record.next_attempt_at, record.enqueued_at),
+        last_error=storable(record.last_error),
+        dispatched_at=None,
+        finished_at=None,
+        lesson=None,
+        claimed_by="",
+        claim_expires_at=None,
+    )
 
 
 def record_job(
@@ -151,25 +311,8 @@ def record_job(
 ) -> Job:
     """Insert the row for a WAL record (or reset a purged/expired one for a new run)."""
     ws = Workspace.objects.for_slug(workspace) if isinstance(workspace, str) and workspace else workspace
-    fields: dict[str, Any] = dict(
-        node=settings.LESSONQ_QUEUE,
-        state=state,
-        task=record.task,
-        output=record.attempt,
-        outcome=record.outcome,
-        trigger=record.trigger,
-        agent=agent,
-        workspace=ws if isinstance(ws, Workspace) else None,
-        agent_token=token,
-        attempts=record.attempts,
-        enqueued_at=record.enqueued_at,
-        next_attempt_at=max(record.next_attempt_at, record.enqueued_at),
-        last_error=record.last_error,
-        dispatched_at=None,
-        finished_at=None,
-        lesson=None,
-        claimed_by="",
-        claim_expires_at=None,
+    fields = _row_fields(
+        record, agent=agent, workspace=ws if isinstance(ws, Workspace) else None, token=token, state=state
     )
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(pk=record.id).first()

@@ -1,4 +1,4 @@
-"""chatcli's JobID (spec §3): the content-addressed idempotency key of a lesson job.
+"""chatcli's JobID (docs/compat/chatcli.md#jobid): the content-addressed idempotency key of a lesson job.
 
 ``lowercase hex of the first 8 bytes of SHA-256("task:<t>\\0trigger:<g>\\0attempt:<a>\\0outcome:<o>")``,
 with Go's definitions of whitespace (``unicode.IsSpace``) and lower-casing (per-rune simple mapping),

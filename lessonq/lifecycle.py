@@ -1,4 +1,4 @@
-"""Worker lifecycle: replay at start; a bounded graceful drain at stop (spec §6.2, §6.8)."""
+"""Worker lifecycle: replay at start; a bounded graceful drain at stop (docs/compat/chatcli.md#lifecycle, docs/compat/chatcli.md#drain)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 
 from django.conf import settings
 
@@ -31,6 +32,18 @@ def replay_at_start(*, consumes: bool) -> None:
             close_old_connections()
 
     threading.Thread(target=run, name="lessonq-replay", daemon=True).start()
+
+
+_node_threads: dict[str, threading.Thread] = {}
+
+
+def start_once(name: str, make: Callable[[], threading.Thread]) -> None:
+    """Start the node's thread ``name`` (the lease keeper, the outbox dispatcher) in the lesson worker's
+    main process, unless it runs already: the worker-ready hook may fire again."""
+    running = _node_threads.get(name)
+    if running is None or not running.is_alive():
+        _node_threads[name] = thread = make()
+        thread.start()
 
 
 def bound_drain(how: str) -> None:

@@ -1,4 +1,4 @@
-"""The ten ``chatcli_lessonq_*`` series (spec §8.1), with chatcli's names, types, labels and buckets.
+"""The ten ``chatcli_lessonq_*`` series (docs/compat/chatcli.md#metrics), with chatcli's names, types, labels and buckets.
 
 Counters and the histogram are ordinary multiprocess-safe prometheus_client metrics. The three gauges
 are computed at scrape time (``QueueGaugeCollector``) from this node's WAL/DLQ directories and the
@@ -28,6 +28,18 @@ RETRIES = Counter(
 WAL_CORRUPTION = Counter("chatcli_lessonq_wal_corruption_total", "Corrupt WAL/DLQ records found (quarantined).")
 STALE_DISCARDED = Counter("chatcli_lessonq_stale_discarded_total", "Replay discards of records older than stale_after.")
 PERSIST_FAILURES = Counter("chatcli_lessonq_persist_failures_total", "Lesson persist errors.")
+# Not one of chatcli's series: lessonboard's own.
+POISON_RECORDS = Counter(
+    "lessonboard_lessonq_poison_records_total",
+    "Readable WAL/DLQ records quarantined because handling them alone kept failing (docs/operations.md#poison-records).",
+)
+
+ADOPTED_JOBS = Counter(
+    "lessonboard_lessonq_adopted_jobs_total",
+    "Jobs this node adopted from a node whose lease ran out (docs/architecture.md#node-failover), by that node"
+    " and kind: active (its WAL record re-created here) or dead (its DLQ record re-created here).",
+    ["from_node", "kind"],
+)
 
 ENQUEUE_OUTCOMES = ("accepted", "rejected_full", "deduped", "dropped_oldest")
 ATTEMPT_OUTCOMES = ("success", "skipped", "transient", "permanent")

@@ -1,5 +1,5 @@
 """Lesson jobs and their attempts. The WAL file is the durable truth of a job's existence; the row is
-the queryable state (see the invariant in ARCHITECTURE.md and ``lessonq.reconcile``)."""
+the queryable state (see the invariant in docs/architecture.md#invariant and ``lessonq.reconcile``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Func, Q
+from django.db.models.functions import Left
 from django.utils import timezone
 
+from lessonboard.inputs import storable
 from lessonboard.models import AgentToken, Workspace
 from lessonq import fingerprints, gojson
 from lessonq.wal import WalJob
@@ -44,6 +46,13 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def claim_expiry(now: datetime, timeout: float) -> datetime:
+    """When a claim taken ``now`` runs out. The lease outlives the task's hard time limit (timeout +
+    60 s, lessonq/tasks.py): a claim is only taken over by lease expiry once the holder cannot possibly
+    still be running."""
+    return now + timedelta(seconds=timeout + 90)
+
+
 def claim_is_stale(claimed_by: str, claim_expires_at: datetime | None, now: datetime) -> bool:
     """A claim is dead when its lease ran out, or when it belongs to a process of this host that is gone
     (a worker child killed with -9): then the job may be taken again, and that counts as an attempt."""
@@ -61,7 +70,37 @@ def claim_is_stale(claimed_by: str, claim_expires_at: datetime | None, now: date
     return False
 
 
+class OctetLength(Func):
+    """PostgreSQL ``octet_length``: the stored size, read without detoasting the value."""
+
+    function = "OCTET_LENGTH"
+    output_field = models.BigIntegerField()
+
+
+# The agent's payload columns: up to MAX_PAYLOAD each (14 MiB jobs exist). Pages never load them whole.
+PAYLOAD_FIELDS = ("task", "output", "outcome", "last_error")
+LIST_PREVIEW_CHARS = 200  # a list row shows the first ~100 characters of the task and the error
+DETAIL_PREVIEW_CHARS = 8192  # the job page shows this much of each payload, with a download link
+
+
 class JobQuerySet(models.QuerySet["Job"]):
+    def for_list(self) -> JobQuerySet:
+        """What a list row shows: everything but the payloads, which come as short prefixes cut in SQL
+        (``task_preview``, ``error_preview``), so a page of 14 MiB jobs reads a few KiB per row."""
+        return self.defer(*PAYLOAD_FIELDS).annotate(
+            task_preview=Left("task", LIST_PREVIEW_CHARS), error_preview=Left("last_error", LIST_PREVIEW_CHARS)
+        )
+
+    def with_previews(self) -> JobQuerySet:
+        """The job page: the payloads as ``<field>_preview`` (DETAIL_PREVIEW_CHARS, cut in SQL) and
+        ``<field>_bytes`` (their full size: ``octet_length`` reads the TOAST header, not the value)
+        instead of the payloads themselves."""
+        annotations: dict[str, Left | OctetLength] = {}
+        for name in PAYLOAD_FIELDS:
+            annotations[f"{name}_preview"] = Left(name, DETAIL_PREVIEW_CHARS)
+            annotations[f"{name}_bytes"] = OctetLength(name)
+        return self.defer(*PAYLOAD_FIELDS).annotate(**annotations)
+
     def for_node(self, node: str) -> JobQuerySet:
         return self.filter(node=node)
 
@@ -97,15 +136,21 @@ class JobQuerySet(models.QuerySet["Job"]):
 
 class Job(models.Model):
     id = models.CharField(primary_key=True, max_length=16, help_text="chatcli JobID (16 hex)")
-    node = models.CharField(max_length=200, db_index=True, help_text="Celery queue lessonq.<node> whose WAL holds it")
+    node = models.CharField(max_length=200, help_text="Celery queue lessonq.<node> whose WAL holds it")
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.PENDING)
     task = models.TextField(blank=True)
     output = models.TextField(blank=True, help_text="the agent's attempt (chatcli Request.Attempt)")
     outcome = models.TextField(blank=True)
     trigger = models.CharField(max_length=20, choices=Trigger.choices)
     agent = models.CharField(max_length=200, blank=True)
-    workspace = models.ForeignKey(Workspace, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
-    agent_token = models.ForeignKey(AgentToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
+    # No index on these two: the insert-heavy table pays for every index on each trigger, and nothing
+    # looks jobs up by token or workspace alone (deleting one of those rare rows scans instead).
+    workspace = models.ForeignKey(
+        Workspace, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs", db_index=False
+    )
+    agent_token = models.ForeignKey(
+        AgentToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs", db_index=False
+    )
     attempts = models.PositiveIntegerField(default=0)
     enqueued_at = models.DateTimeField()
     next_attempt_at = models.DateTimeField()
@@ -115,11 +160,13 @@ class Job(models.Model):
     redispatches = models.PositiveSmallIntegerField(default=0, help_text="re-publishes since the last dispatch")
     claimed_by = models.CharField(max_length=200, blank=True)
     claim_expires_at = models.DateTimeField(null=True, blank=True)
-    lesson = models.ForeignKey("lessons.Lesson", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    lesson = models.ForeignKey(
+        "lessons.Lesson", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
-    # DLQ triage (issue 5): the normalised last error and its group key, kept by PostgreSQL (generated
+    # DLQ triage: the normalised last error and its group key, kept by PostgreSQL (generated
     # columns, see lessonq/fingerprints.py), so every write path fills them.
     error_signature = models.GeneratedField(
         expression=fingerprints.signature_expression(), output_field=models.TextField(), db_persist=True
@@ -136,9 +183,13 @@ class Job(models.Model):
             models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
             models.CheckConstraint(condition=Q(id__regex=r"^[0-9a-f]{16}$"), name="job_id_hex16"),
         ]
+        # Few indexes on purpose: a new (pending) job enters only the primary key, ``job_due`` and the
+        # triage pages' ``queue_job_tab_age`` (state, enqueued_at, id), which also serves what
+        # ``job_state_recent`` did. The triage indexes that only dead jobs need are partial
+        # (migration 0003_queue_throughput).
         indexes = [
             models.Index(fields=["node", "next_attempt_at"], condition=Q(state__in=WAITING), name="job_due"),
-            models.Index(fields=["state", "-enqueued_at"], name="job_state_recent"),
+            models.Index(fields=["lesson"], condition=Q(lesson__isnull=False), name="job_lesson"),
         ]
 
     def __str__(self) -> str:
@@ -172,10 +223,11 @@ class Job(models.Model):
         can be claimed; so can a running one whose claim is stale (that attempt was lost, and counts)."""
         now = now or timezone.now()
         me = worker_identity()
-        # The lease outlives the task's hard time limit (timeout + 60 s, lessonq/tasks.py): a claim is
-        # only taken over by lease expiry once the holder cannot possibly still be running.
-        expires = now + timedelta(seconds=timeout + 90)
-        updated = Job.objects.filter(pk=self.pk, state__in=WAITING, next_attempt_at__lte=now).update(
+        expires = claim_expiry(now, timeout)
+        # Only a job of this node: a node whose jobs were adopted by another (docs/architecture.md#node-failover)
+        # refuses them in the very statement that would claim them.
+        mine = Job.objects.filter(pk=self.pk, node=settings.LESSONQ_QUEUE)
+        updated = mine.filter(state__in=WAITING, next_attempt_at__lte=now).update(
             state=JobState.RUNNING,
             attempts=F("attempts") + 1,
             claimed_by=me,
@@ -184,13 +236,12 @@ class Job(models.Model):
             updated_at=now,
         )
         if not updated:
-            current = Job.objects.filter(pk=self.pk).values("state", "claimed_by", "claim_expires_at").first()
+            current = mine.values("state", "claimed_by", "claim_expires_at").first()
             if current is None or current["state"] != JobState.RUNNING:
                 return False
             if not claim_is_stale(current["claimed_by"], current["claim_expires_at"], now):
                 return False
-            updated = Job.objects.filter(
-                pk=self.pk,
+            updated = mine.filter(
                 state=JobState.RUNNING,
                 claimed_by=current["claimed_by"],
                 claim_expires_at=current["claim_expires_at"],
@@ -219,20 +270,20 @@ class Job(models.Model):
     def mark_retry_wait(self, *, next_attempt_at: datetime, error: str) -> None:
         self.state = JobState.RETRY_WAIT
         self.next_attempt_at = next_attempt_at
-        self.last_error = error
+        self.last_error = storable(error)
         self.claimed_by, self.claim_expires_at = "", None
         self._save("state", "next_attempt_at", "last_error", "claimed_by", "claim_expires_at")
 
     def mark_dead(self, error: str, *, now: datetime | None = None) -> None:
         self.state = JobState.DEAD
         if error:
-            self.last_error = error
+            self.last_error = storable(error)
         self.finished_at = now or timezone.now()
         self.claimed_by, self.claim_expires_at = "", None
         self._save("state", "last_error", "finished_at", "claimed_by", "claim_expires_at")
 
     def mark_pending_again(self, *, now: datetime | None = None) -> None:
-        """Back from the DLQ (chatcli §6.7): attempts reset, error cleared, due now; enqueued_at kept."""
+        """Back from the DLQ (docs/compat/chatcli.md#dlq-retry): attempts reset, error cleared, due now; enqueued_at kept."""
         now = now or timezone.now()
         self.state = JobState.PENDING
         self.attempts = 0
@@ -257,6 +308,58 @@ class Job(models.Model):
         self.waiting_reason = reason
         self.dispatched_at = None
         self._save("waiting_reason", "dispatched_at")
+
+
+class NodeLoad(models.Model):
+    """Jobs dispatched and not finished per node (what ``LESSONQ_CAPACITY`` bounds), kept exact by
+    PostgreSQL: statement triggers on ``queue_job`` add the change of every INSERT, UPDATE and DELETE
+    (migration 0003_queue_throughput). Reading one row replaces a COUNT on the ingest path, and the row
+    lock the trigger takes orders concurrent dispatches, so a dispatch that reads its own increment
+    knows whether it fits (``lessonq.dispatch.admit``)."""
+
+    node = models.CharField(primary_key=True, max_length=200)
+    in_flight = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.node}: {self.in_flight} in flight"
+
+
+class Outbox(models.Model):
+    """A job an ingest admitted whose message is still to be sent: written by the ingest statement
+    (``lessonq.ingest.INSERT_ROW_SQL``) in the row's own transaction, and sent and deleted by the node's
+    dispatcher (``lessonq.outbox``), so the web process does no broker work (docs/architecture.md#order-of-effects)."""
+
+    job_id = models.CharField(primary_key=True, max_length=16, help_text="chatcli JobID (16 hex)")
+    node = models.CharField(max_length=200, help_text="Celery queue lessonq.<node> the message goes to")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["node", "created_at"], name="queue_outbox_node_created")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} → {self.node}"
+
+
+class NodeLease(models.Model):
+    """A node's lease on its jobs (docs/architecture.md#node-failover): renewed by the node's lesson worker
+    every ``LESSONQ_NODE_LEASE_RENEW`` up to ``LESSONQ_NODE_LEASE`` ahead, in database time. Once it has
+    run out, another node adopts the node's active jobs and bumps ``epoch``; a process of the node that
+    still holds the old epoch then fails to renew and learns it was adopted from (``lessonq.failover``)."""
+
+    node = models.CharField(primary_key=True, max_length=200, help_text="Celery queue lessonq.<node>")
+    epoch = models.PositiveBigIntegerField(default=0, help_text="bumped by every new incarnation and adoption")
+    holder = models.CharField(max_length=200, blank=True, help_text="host:pid of the last renewal")
+    renewed_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(default=timezone.now)
+    adopted_by = models.CharField(max_length=200, blank=True, help_text="the node that last adopted its jobs")
+    adopted_at = models.DateTimeField(null=True, blank=True)
+    adopted_jobs = models.PositiveBigIntegerField(default=0, help_text="jobs adopted from it, in all")
+
+    class Meta:
+        ordering = ["node"]
+
+    def __str__(self) -> str:
+        return f"{self.node} epoch {self.epoch} until {self.expires_at:%Y-%m-%d %H:%M:%S}"
 
 
 class AttemptOutcome(models.TextChoices):
@@ -290,9 +393,9 @@ class JobAttempt(models.Model):
         now = now or timezone.now()
         self.finished_at = now
         self.outcome = outcome
-        self.error = error
+        self.error = storable(error)
         self.duration = (now - self.started_at).total_seconds()
         self.save(update_fields=["finished_at", "outcome", "error", "duration"])
 
 
-from lessonq.triage_models import BulkAction, BulkItem, RetentionRun  # noqa: E402,F401  (issue 5: DLQ triage)
+from lessonq.triage.models import BulkAction, BulkItem, RetentionRun  # noqa: E402,F401  (DLQ triage)

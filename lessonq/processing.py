@@ -1,30 +1,45 @@
-"""One attempt at a lesson job (spec §6.4, §7): claim → LLM → classify → record the outcome.
+"""One attempt at a lesson job (docs/compat/chatcli.md#processing, docs/compat/chatcli.md#error-classes): claim → LLM → classify → record the outcome.
 
-Effect orders (ARCHITECTURE.md), each step crash-safe because the next replay/sweep repairs it:
+Effect orders (docs/architecture.md#order-of-effects), each step crash-safe because the next replay/sweep repairs it:
 - success: one transaction (lesson persisted, idempotent per JobID, + job succeeded) → unlink WAL;
 - skipped: job skipped → unlink WAL;
 - transient: WAL update (attempts, next attempt, error) → row retry_wait → re-publish with countdown;
+- LLM outage (the breaker is open, docs/operations.md#llm-outage): the attempt is given back and the job
+  waits undispatched, as with no LLM configured; the sweeper dispatches it once the breaker closes;
 - dead: DLQ put (idempotent) → row dead → unlink WAL.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from lessonboard import llm
 from lessonq import faults, generation, gojson, metrics
 from lessonq.dispatch import publish
-from lessonq.models import ACTIVE, WAITING, AttemptOutcome, Job, JobAttempt, JobState, worker_identity
-from lessonq.paths import dlq, wal
+from lessonq.failover import Fenced, ensure_ours
+from lessonq.models import (
+    ACTIVE,
+    WAITING,
+    AttemptOutcome,
+    Job,
+    JobAttempt,
+    JobState,
+    claim_expiry,
+    worker_identity,
+)
+from lessonq.paths import base, dlq, expired_dir, wal
 from lessonq.retry import policy
+from lessonq.wal import WalError, WalJob
 
 log = logging.getLogger(__name__)
 _rng = random.Random()
@@ -40,7 +55,7 @@ class Outcome:
 
 
 def classify(exc: BaseException) -> Outcome:
-    """§7 plus the gateway's classes: parser errors and permanent provider errors → permanent; timeouts,
+    """docs/compat/chatcli.md#error-classes plus the gateway's classes: parser errors and permanent provider errors → permanent; timeouts,
     network, 429/5xx, garbled bodies → transient; anything unexpected → permanent (chatcli's panic rule)."""
     if isinstance(exc, generation.LessonParseError):
         return Outcome("permanent", str(exc))
@@ -55,7 +70,73 @@ def classify(exc: BaseException) -> Outcome:
 
 
 def process(job_id: str) -> str:
-    """Run one attempt of ``job_id`` if it is due and ours; returns what happened (for logs and tests)."""
+    """Run one attempt of ``job_id`` if it is due and ours; returns what happened (for logs and tests).
+
+    The common case — a dispatched job of this node, due, the LLM available — is claimed with its
+    attempt row in one statement (``claim_due``); anything else (a finished or unknown job, a reclaim of
+    a lost attempt, an LLM outage) takes the path that reads the row first and says why."""
+    reason = llm.unavailable_reason()[:300]
+    if not reason:
+        claimed = claim_due(job_id)
+        if claimed is not None:
+            job, attempt = claimed
+            faults.point("process.after_claim")
+            try:
+                return attempt_claimed(job, reclaimed=False, attempt=attempt)
+            except Fenced as exc:
+                return fenced(job, exc)
+    return process_read_first(job_id, reason)
+
+
+# The fast claim: the conditions of ``Job.claim`` for a waiting job plus "dispatched", and the attempt
+# row (numbered as START_ATTEMPT_SQL does) in the same statement; none when the job is already past its
+# last attempt (``attempt_claimed`` moves it to the DLQ without running it).
+CLAIM_DUE_SQL = """
+WITH claimed AS (
+  UPDATE queue_job SET state = %(running)s, attempts = attempts + 1, claimed_by = %(worker)s,
+    claim_expires_at = %(expires)s, waiting_reason = '', updated_at = %(now)s
+  WHERE id = %(job)s AND node = %(node)s AND state = ANY(%(waiting)s) AND next_attempt_at <= %(now)s
+    AND dispatched_at IS NOT NULL
+  RETURNING queue_job.*
+), attempt AS (
+  INSERT INTO queue_jobattempt (job_id, number, worker, started_at, outcome, error)
+  SELECT id, (SELECT COALESCE(MAX(number), 0) + 1 FROM queue_jobattempt WHERE job_id = %(job)s),
+    %(worker)s, %(now)s, '', ''
+  FROM claimed WHERE attempts <= %(max_attempts)s
+  RETURNING id, number
+)
+SELECT claimed.*, attempt.id AS attempt_id, attempt.number AS attempt_number FROM claimed LEFT JOIN attempt ON true
+"""
+
+
+def claim_due(job_id: str) -> tuple[Job, JobAttempt | None] | None:
+    """Claim a dispatched, due, waiting job of this node and start its attempt, in one statement;
+    ``None`` when it is not one (the caller reads the row to find out why)."""
+    now = timezone.now()
+    worker = worker_identity()
+    params = {
+        "running": JobState.RUNNING.value,
+        "worker": worker,
+        "expires": claim_expiry(now, settings.LESSONQ_JOB_TIMEOUT),
+        "now": now,
+        "job": job_id,
+        "node": settings.LESSONQ_QUEUE,
+        "waiting": list(WAITING),
+        "max_attempts": policy().max_attempts,
+    }
+    job = next(iter(Job.objects.raw(CLAIM_DUE_SQL, params)), None)
+    if job is None:
+        return None
+    attempt_id, number = job.attempt_id, job.attempt_number  # type: ignore[attr-defined]
+    if attempt_id is None:
+        return job, None
+    attempt = JobAttempt(id=attempt_id, job=job, number=number, worker=worker, started_at=now)
+    attempt._state.adding, attempt._state.db = False, connection.alias
+    return job, attempt
+
+
+def process_read_first(job_id: str, reason: str) -> str:
+    """``process`` for a job the fast claim did not take; ``reason``: why the LLM is unavailable ("")."""
     job = Job.objects.filter(pk=job_id).first()
     if job is None:
         return "unknown"
@@ -65,14 +146,22 @@ def process(job_id: str) -> str:
         return "finished"
     if job.state in WAITING and job.dispatched_at is None:
         return "not-dispatched"  # deferred (capacity, no LLM) or dropped; the sweeper dispatches it
-    if not llm.is_configured():
+    if reason:  # no LLM configured, or the breaker is open: wait without spending an attempt
         if job.state in WAITING:
-            job.mark_waiting(llm.status_text())
+            job.mark_waiting(reason)
         return "waiting-for-llm"
     reclaimed = job.state == JobState.RUNNING
     if not job.claim(timeout=settings.LESSONQ_JOB_TIMEOUT):
         return "not-claimed"
     faults.point("process.after_claim")
+    try:
+        return attempt_claimed(job, reclaimed=reclaimed)
+    except Fenced as exc:
+        return fenced(job, exc)
+
+
+def attempt_claimed(job: Job, *, reclaimed: bool, attempt: JobAttempt | None = None) -> str:
+    """The claimed job's checks before it runs; ``attempt``: its attempt row when the claim started it."""
     if dlq().exists(job.id):
         if reclaimed:
             # The lost attempt got as far as the DLQ put before dying: finish that move.
@@ -85,15 +174,23 @@ def process(job_id: str) -> str:
     if job.attempts > policy().max_attempts:
         finish_dead(job, WORKER_LOST)
         return "dead"
-    return run_attempt(job)
+    return run_attempt(job, attempt)
 
 
-def run_attempt(job: Job) -> str:
-    started = timezone.now()
+def fenced(job: Job, exc: Fenced) -> str:
+    """Another node adopted the job while this worker had it (docs/architecture.md#node-failover): nothing
+    of this attempt is recorded, and the local record leaves this node's WAL (kept aside in expired/,
+    never replayed); the adopter holds the job under the same JobID."""
+    log.warning("lessonq: %s", exc)
+    if not Job.objects.filter(pk=job.pk, node=settings.LESSONQ_QUEUE).exists():
+        wal().move_to(job.id, expired_dir())
+    return "fenced"
+
+
+def run_attempt(job: Job, attempt: JobAttempt | None = None) -> str:
     clock = time.monotonic()
-    # ``number`` counts every try of the job, across DLQ retries (which reset ``job.attempts``, as chatcli).
-    last = JobAttempt.objects.filter(job=job).order_by("-number").values_list("number", flat=True).first() or 0
-    attempt = JobAttempt.objects.create(job=job, number=last + 1, worker=worker_identity(), started_at=started)
+    if attempt is None:
+        attempt = start_attempt(job, timezone.now())
     try:
         lesson = generation.generate(
             task=job.task,
@@ -103,18 +200,28 @@ def run_attempt(job: Job) -> str:
             timeout=settings.LESSONQ_JOB_TIMEOUT,
         )
         outcome = Outcome("success", lesson=lesson) if lesson is not None else Outcome("skipped")
+    except llm.LLMError as exc:
+        if exc.outage and llm.unavailable_reason():
+            # Not this job's fault and the breaker is open now (this error may have opened it).
+            defer_for_llm(job, attempt, exc.message)
+            metrics.ATTEMPTS.labels(outcome="transient").inc()
+            return "waiting-for-llm"
+        outcome = classify(exc)
     except Exception as exc:
         outcome = classify(exc)
     if outcome.kind == "success":
         assert outcome.lesson is not None
         try:
             succeed(job, attempt, outcome.lesson)
-        except Exception as exc:  # persist errors are transient (chatcli §7)
+        except Fenced:
+            raise
+        except Exception as exc:  # persist errors are transient (docs/compat/chatcli.md#error-classes)
             log.exception("lessonq: persisting the lesson of %s failed", job.id)
             metrics.PERSIST_FAILURES.inc()
             outcome = Outcome("transient", f"persist: {exc}")
     if outcome.kind == "skipped":
         with transaction.atomic():
+            ensure_ours(job)
             job.mark_skipped()
             attempt.finish(AttemptOutcome.SKIPPED)
         faults.point("skipped.after_row")
@@ -129,12 +236,52 @@ def run_attempt(job: Job) -> str:
     return outcome.kind
 
 
+# ``number`` counts every try of the job, across DLQ retries (which reset ``job.attempts``, as chatcli):
+# the next number and the row in one statement (the claim makes this worker the job's only writer).
+START_ATTEMPT_SQL = """
+INSERT INTO queue_jobattempt (job_id, number, worker, started_at, outcome, error)
+SELECT %(job)s, COALESCE(MAX(number), 0) + 1, %(worker)s, %(started)s, '', ''
+FROM queue_jobattempt WHERE job_id = %(job)s
+RETURNING id, number
+"""
+
+
+def start_attempt(job: Job, started: datetime) -> JobAttempt:
+    worker = worker_identity()
+    with connection.cursor() as cursor:
+        cursor.execute(START_ATTEMPT_SQL, {"job": job.pk, "worker": worker, "started": started})
+        pk, number = cursor.fetchone()
+    attempt = JobAttempt(id=pk, job=job, number=number, worker=worker, started_at=started)
+    attempt._state.adding, attempt._state.db = False, connection.alias
+    return attempt
+
+
+# The success's job and attempt rows, fenced (the row must still name this node and this worker's
+# claim, as ``ensure_ours`` checks): one statement, whose count of job rows says whether it was ours.
+FINISH_SUCCESS_SQL = """
+WITH done AS (
+  UPDATE queue_job SET state = %(succeeded)s, lesson_id = %(lesson)s, finished_at = %(now)s, claimed_by = '',
+    claim_expires_at = NULL, updated_at = %(now)s
+  WHERE id = %(job)s AND node = %(node)s AND claimed_by = %(worker)s
+  RETURNING id
+), attempt AS (
+  UPDATE queue_jobattempt SET finished_at = %(now)s, outcome = %(outcome)s, error = '', duration = %(duration)s
+  WHERE id = %(attempt)s AND EXISTS (SELECT 1 FROM done)
+  RETURNING id
+)
+SELECT count(*) FROM done
+"""
+
+
 def succeed(job: Job, attempt: JobAttempt, lesson: generation.GeneratedLesson) -> None:
+    """Lesson persisted + job succeeded + attempt finished in one transaction, then the WAL unlink.
+    The fencing check is the transaction's last statement, the job's update itself: when the job was
+    adopted meanwhile it matches nothing, ``Fenced`` rolls the lesson back and the adopter saves it."""
     from lessons.content import lesson_tags
-    from lessons.store import persist_lesson
+    from lessons.store import persist_in_transaction
 
     with transaction.atomic():
-        result = persist_lesson(
+        result = persist_in_transaction(
             situation=lesson.situation,
             mistake=lesson.mistake,
             correction=lesson.correction,
@@ -145,10 +292,56 @@ def succeed(job: Job, attempt: JobAttempt, lesson: generation.GeneratedLesson) -
             source_job_id=job.id,
             actor=f"job:{job.id}",
         )
-        job.mark_succeeded(result.lesson.pk)
-        attempt.finish(AttemptOutcome.SUCCESS)
+        finish_succeeded(job, attempt, result.lesson.pk)
     faults.point("success.after_commit")
     wal().ack(job.id)
+    if result.action == "created":
+        append_lessons_md(result.lesson)
+
+
+def finish_succeeded(job: Job, attempt: JobAttempt, lesson_id: int) -> None:
+    now = timezone.now()
+    duration = (now - attempt.started_at).total_seconds()
+    params: dict[str, Any] = {
+        "succeeded": JobState.SUCCEEDED.value,
+        "lesson": lesson_id,
+        "now": now,
+        "job": job.pk,
+        "node": settings.LESSONQ_QUEUE,
+        "worker": worker_identity(),
+        "outcome": AttemptOutcome.SUCCESS.value,
+        "duration": duration,
+        "attempt": attempt.pk,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(FINISH_SUCCESS_SQL, params)
+        (updated,) = cursor.fetchone()
+    if not updated:
+        raise Fenced(f"job {job.pk} no longer holds this worker's claim; this worker's outcome is dropped")
+    job.state, job.lesson_id, job.finished_at, job.updated_at = JobState.SUCCEEDED, lesson_id, now, now
+    job.claimed_by, job.claim_expires_at = "", None
+    attempt.finished_at, attempt.outcome, attempt.error = now, AttemptOutcome.SUCCESS, ""
+    attempt.duration = duration
+
+
+def append_lessons_md(lesson: Any) -> None:
+    """chatcli's LESSONS.md mirror (docs/compat/chatcli.md#lessons-md): a newly generated lesson is
+    appended to ``<LESSONQ_BASE_DIR>/LESSONS.md`` unless ``LESSONQ_LESSONS_DOC=off``. Best effort, after
+    the commit, as chatcli: a failure is logged and costs nothing else (the database is the record)."""
+    if not settings.LESSONQ_LESSONS_DOC:
+        return
+    from lessons.interchange import LESSONS_MD_HEADER, lessons_md
+
+    path = base() / "LESSONS.md"
+    try:
+        entry = lessons_md([lesson])[len(LESSONS_MD_HEADER) :]
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as out:
+            if out.tell() == 0:
+                out.write(LESSONS_MD_HEADER)
+            out.write(entry)
+    except OSError:
+        log.debug("lessonq: could not append lesson %s to %s", lesson.pk, path, exc_info=True)
 
 
 def retry_or_dead(job: Job, attempt: JobAttempt, error: str) -> None:
@@ -160,9 +353,9 @@ def retry_or_dead(job: Job, attempt: JobAttempt, error: str) -> None:
     now = timezone.now()
     next_at = now + timedelta(seconds=delay)
     with transaction.atomic():
-        Job.objects.select_for_update().filter(pk=job.pk).first()
+        ensure_ours(job)
         wal().update(
-            job.wal_job().with_retry(attempts=job.attempts, next_attempt_at=gojson.local(next_at), last_error=error)
+            _record_of(job).with_retry(attempts=job.attempts, next_attempt_at=gojson.local(next_at), last_error=error)
         )
         faults.point("transient.after_wal")
         job.mark_retry_wait(next_attempt_at=next_at, error=error)
@@ -171,6 +364,30 @@ def retry_or_dead(job: Job, attempt: JobAttempt, error: str) -> None:
     metrics.RETRIES.labels(attempt=str(job.attempts)).inc()
     faults.point("transient.after_row")
     publish(job.pk, countdown=delay)
+
+
+def defer_for_llm(job: Job, attempt: JobAttempt, error: str) -> None:
+    """Give the attempt back and park the job undispatched until the breaker closes (the sweeper then
+    dispatches it). The WAL record keeps the attempts it had before this claim."""
+    attempts = max(job.attempts - 1, 0)
+    reason = (llm.unavailable_reason() or error)[:300]
+    now = timezone.now()
+    with transaction.atomic():
+        ensure_ours(job)
+        wal().update(job.wal_job().with_retry(attempts=attempts, next_attempt_at=gojson.local(now), last_error=error))
+        Job.objects.filter(pk=job.pk).update(
+            state=JobState.RETRY_WAIT if attempts else JobState.PENDING,
+            attempts=attempts,
+            next_attempt_at=now,
+            last_error=error,
+            waiting_reason=reason,
+            dispatched_at=None,
+            claimed_by="",
+            claim_expires_at=None,
+            updated_at=now,
+        )
+        attempt.finish(AttemptOutcome.TRANSIENT, f"not counted (LLM unreachable, the job waits): {error}")
+    log.info("lessonq: %s waits for the LLM (breaker open): %s", job.id, error)
 
 
 def finish_dead(
@@ -182,8 +399,8 @@ def finish_dead(
 ) -> None:
     """DLQ put (idempotent: an existing DLQ record is kept, as chatcli) → row dead → unlink WAL."""
     with transaction.atomic():
-        Job.objects.select_for_update().filter(pk=job.pk).first()
-        record = job.wal_job()
+        ensure_ours(job)
+        record = _record_of(job)
         dlq().append(record.with_retry(attempts=job.attempts, next_attempt_at=record.next_attempt_at, last_error=error))
         faults.point("dead.after_dlq")
         job.mark_dead(error)
@@ -191,3 +408,13 @@ def finish_dead(
             attempt.finish(attempt_outcome, error)
     faults.point("dead.after_row")
     wal().ack(job.id)
+
+
+def _record_of(job: Job) -> WalJob:
+    """The job's WAL record as written at ingest — its exact text, which the row may hold only with NUL
+    replaced (docs/api.md#input-policy) — or, when it is missing or unreadable, the row's version."""
+    try:
+        record = wal().read(job.id)
+    except WalError:
+        record = None
+    return record if record is not None else job.wal_job()

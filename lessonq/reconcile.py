@@ -1,5 +1,5 @@
 """Replay (worker start, ``reflect drain``) and the sweeper: bring this node's WAL files and job rows
-back to the invariant (ARCHITECTURE.md) and (re)dispatch what is due.
+back to the invariant (docs/architecture.md#invariant) and (re)dispatch what is due.
 
 | file state        | row state                                   |
 | wal/<id>.wal      | pending / running / retry_wait              |
@@ -14,6 +14,8 @@ Repairs, each for one crash point of an effect order:
 - DLQ record + pending row (DLQ retry crashed before unlinking the DLQ record) → unlink the DLQ record;
 - DLQ record + purged/finished row (purge crashed before the unlink) → unlink it;
 - DLQ record, no row → adopt it as a dead row;
+- WAL or DLQ record whose row names another node (adopted from this node, or an adoption into this
+  node died before its commit) → move the record aside to expired/;
 - active row, no WAL record (a record lost by hand) → rewrite the record from the row;
 - dead row, no DLQ record → rewrite the DLQ record from the row.
 Rows a concurrent step holds locked are skipped (``select_for_update(skip_locked=True)``).
@@ -22,23 +24,31 @@ Rows a concurrent step holds locked are skipped (``select_for_update(skip_locked
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
+import psycopg
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db.models import F, Q, Value
+from django.db.models.functions import Least
 from django.utils import timezone
 
+from lessonboard.inputs import storable
 from lessonq import metrics
 from lessonq.dispatch import dispatch_many, publish, room
 from lessonq.ingest import record_job
 from lessonq.jobid import is_job_id
-from lessonq.models import ACTIVE, DONE, WAITING, Job, JobState, claim_is_stale
+from lessonq.models import ACTIVE, DONE, PAYLOAD_FIELDS, WAITING, Job, JobState, claim_is_stale
 from lessonq.paths import dlq, expired_dir, wal
-from lessonq.wal import WalJob
+from lessonq.wal import Wal, WalError, WalJob
 
 log = logging.getLogger(__name__)
 BATCH = 500
+ADOPT_BATCH = 5000  # records adopted by one COPY (and one commit)
+# The database is down or the connection broke: no record is at fault, stop the pass and retry later.
+_OUTAGE = (OperationalError, InterfaceError)
 
 
 @dataclass
@@ -53,6 +63,10 @@ class Report:
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
+    def add(self, other: Report) -> None:
+        for name, value in asdict(other).items():
+            setattr(self, name, getattr(self, name) + value)
+
 
 def known_queues() -> list[str]:
     from lessonboard.models import WorkerHeartbeat
@@ -64,7 +78,7 @@ def known_queues() -> list[str]:
 
 
 def replay(*, now: datetime | None = None) -> Report:
-    """Boot drain (chatcli §6.6): reconcile, expire stale records, and dispatch every waiting job now
+    """Boot drain (docs/compat/chatcli.md#replay): reconcile, expire stale records, and dispatch every waiting job now
     (future retry times are pulled in, as chatcli does)."""
     return _reconcile(now=now or timezone.now(), pull_in=True)
 
@@ -96,33 +110,123 @@ def _reconcile(*, now: datetime, pull_in: bool) -> Report:
     wal_ids = {r.id for r in listing.jobs}
 
     # --- files → rows --------------------------------------------------------------------------------
-    for start in range(0, len(listing.jobs), BATCH):
-        batch = listing.jobs[start : start + BATCH]
+    # In batches (a replay of 100,000 records); a batch that fails is redone one record at a time, and a
+    # record that fails on its own is quarantined with its reason, so one poison record never blocks the
+    # others (docs/operations.md#poison-records). A database outage stops the pass instead.
+    # One query splits the records: those with no row (every record, on a replay after an outage) are
+    # adopted straight away in large COPYs, with nothing to lock or look up; only records with a row (or
+    # too old to adopt) take the row-by-row path.
+    with_rows = _existing_ids([r.id for r in listing.jobs])
+    fresh = [r for r in listing.jobs if r.id not in with_rows and not _stale(r, now)]
+    others = [r for r in listing.jobs if r.id in with_rows or _stale(r, now)]
+    due = now if pull_in else None
+    for start in range(0, len(fresh), ADOPT_BATCH):
+        batch = fresh[start : start + ADOPT_BATCH]
+        _isolated(active, batch, lambda records, part: _adopt(records, due, part), report)
+    for start in range(0, len(others), BATCH):
+        batch = others[start : start + BATCH]
+        _isolated(
+            active,
+            batch,
+            lambda records, part: _reconcile_batch(records, dlq_ids, now, pull_in, part),
+            report,
+        )
+    for start in range(0, len(dlq_listing.jobs), BATCH):
+        batch = dlq_listing.jobs[start : start + BATCH]
+        _isolated(dead, batch, lambda records, part: _reconcile_dlq(records, wal_ids, part), report)
+
+    # --- rows → files ----------------------------------------------------------------------------------
+    node_rows = Job.objects.for_this_node()
+    # Set differences in Python: the id lists can be as long as the WAL (a replay of 100,000 records).
+    # Appends never overwrite, so a record written since the listing is left as it is.
+    missing_active = set(node_rows.active().values_list("pk", flat=True)) - wal_ids - dlq_ids
+    missing_dead = set(node_rows.dead().values_list("pk", flat=True)) - dlq_ids
+    for folder, missing, what in ((active, missing_active, "WAL"), (dead, missing_dead, "DLQ")):
+        for job in Job.objects.filter(pk__in=missing).iterator():
+            try:
+                written = folder.append(job.wal_job())
+            except WalError as exc:  # this row cannot become a record (too large): the others still can
+                log.error("lessonq: %s record of job %s cannot be rewritten from its row: %s", what, job.pk, exc)
+                continue
+            if written:
+                log.warning("lessonq: %s record of job %s was missing; rewritten from its row", what, job.pk)
+                report.repaired += 1
+
+    # --- dispatch --------------------------------------------------------------------------------------
+    report.dispatched += _dispatch_waiting(now=now)
+    return report
+
+
+def _isolated(
+    folder: Wal, records: list[WalJob], handle: Callable[[list[WalJob], Report], None], report: Report
+) -> None:
+    """``handle(records)`` in one transaction; if it fails, each record in its own, quarantining the
+    ones that fail alone. Counts land in ``report`` only for work that committed."""
+    if not records:
+        return
+    part = Report()
+    try:
         with transaction.atomic():
-            ids = [r.id for r in batch]
-            rows = Job.objects.select_for_update(skip_locked=True).in_bulk(ids)
-            locked = set(Job.objects.filter(pk__in=ids).exclude(pk__in=rows.keys()).values_list("pk", flat=True))
-            pulled: list[str] = []
-            new_rows: list[Job] = []
-            for record in batch:
-                if record.id in locked:
-                    report.skipped_locked += 1
-                    continue
-                row = rows.get(record.id)
-                if row is None and not _stale(record, now):
-                    new_rows.append(_row_for(record))  # adopted in bulk below (replay of many records)
-                    continue
-                _reconcile_wal_record(record, row, record.id in dlq_ids, now, pull_in, report, pulled)
-            if new_rows:
-                created = Job.objects.bulk_create(new_rows, ignore_conflicts=True)
-                report.adopted += len(created)
-                if pull_in:
-                    pulled.extend(r.pk for r in new_rows)
-            if pulled:
-                # Replay re-dispatches every waiting job now (chatcli resets future retry times to now).
-                Job.objects.filter(pk__in=pulled, next_attempt_at__gt=now).update(next_attempt_at=now)
-                Job.objects.filter(pk__in=pulled).update(dispatched_at=None)
-    for record in dlq_listing.jobs:
+            handle(records, part)
+    except _OUTAGE:
+        raise
+    except Exception as exc:
+        if len(records) == 1:
+            _quarantine_poison(folder, records[0], exc, report)
+            return
+        # An adoption COPY of ADOPT_BATCH records is redone in BATCH-sized parts first, so one poison
+        # record costs a few hundred single-record transactions, not thousands.
+        size = BATCH if len(records) > BATCH else 1
+        log.warning("lessonq: a batch of %d records failed (%s); handling them %d at a time", len(records), exc, size)
+        for start in range(0, len(records), size):
+            _isolated(folder, records[start : start + size], handle, report)
+        return
+    report.add(part)
+
+
+def _quarantine_poison(folder: Wal, record: WalJob, exc: Exception, report: Report) -> None:
+    reason = f"cannot be handled: {type(exc).__name__}: {exc}"[:2000]
+    log.error("lessonq: record %s in %s fails on its own; quarantining it: %s", record.id, folder.dir, reason)
+    if folder.quarantine(folder.path(record.id), reason, poison=True):
+        report.quarantined += 1
+
+
+def _reconcile_batch(batch: list[WalJob], dlq_ids: set[str], now: datetime, pull_in: bool, report: Report) -> None:
+    ids = [r.id for r in batch]
+    # The payloads stay in the table: a record's own text is the WAL's, and only the rare repair of a
+    # dead row without its DLQ record reads the row's (loaded then).
+    rows = Job.objects.select_for_update(skip_locked=True).defer(*PAYLOAD_FIELDS).in_bulk(ids)
+    # Ids without a row here either have none or are locked by a concurrent step: only those are asked.
+    unseen = [i for i in ids if i not in rows]
+    locked = _existing_ids(unseen)
+    pulled: list[str] = []
+    new_records: list[WalJob] = []
+    for record in batch:
+        if record.id in locked:
+            report.skipped_locked += 1
+            continue
+        row = rows.get(record.id)
+        if row is None and not _stale(record, now):
+            new_records.append(record)  # adopted in bulk below (replay of many records): one COPY
+            continue
+        _reconcile_wal_record(record, row, record.id in dlq_ids, now, pull_in, report, pulled)
+    # Adopted rows come in undispatched, due now on a replay (adopt_records pulls their times in).
+    report.adopted += adopt_records(new_records, now=now if pull_in else None)
+    if pulled:
+        # Replay re-dispatches every waiting job now (chatcli resets future retry times to now);
+        # one UPDATE, and only of rows it changes.
+        Job.objects.filter(pk__in=pulled).filter(Q(next_attempt_at__gt=now) | Q(dispatched_at__isnull=False)).update(
+            next_attempt_at=Least(F("next_attempt_at"), Value(now)), dispatched_at=None
+        )
+
+
+def _adopt(records: list[WalJob], due: datetime | None, report: Report) -> None:
+    """Records that had no row when listed: rows for them (one that appeared since is left alone)."""
+    report.adopted += adopt_records(records, now=due)
+
+
+def _reconcile_dlq(records: list[WalJob], wal_ids: set[str], report: Report) -> None:
+    for record in records:
         with transaction.atomic():
             row = Job.objects.select_for_update(skip_locked=True).filter(pk=record.id).first()
             if row is None and Job.objects.filter(pk=record.id).exists():
@@ -131,43 +235,28 @@ def _reconcile(*, now: datetime, pull_in: bool) -> Report:
             if row is None:
                 record_job(record, state=JobState.DEAD)
                 report.adopted += 1
-            elif row.state in DONE or (row.state in WAITING and record.id in wal_ids):
-                dead.ack(record.id)
+            elif row.node != settings.LESSONQ_QUEUE:
+                # Another node owns the job: it adopted this node's dead jobs (this is the node that came
+                # back), or an adoption into this node died before its commit (the next one writes it again).
+                dlq().move_to(record.id, expired_dir())
                 report.repaired += 1
-
-    # --- rows → files ----------------------------------------------------------------------------------
-    node_rows = Job.objects.for_this_node()
-    # Set differences in Python: the id lists can be as long as the WAL (a replay of 100,000 records).
-    # Appends never overwrite, so a record written since the listing is left as it is.
-    missing_active = set(node_rows.active().values_list("pk", flat=True)) - wal_ids - dlq_ids
-    missing_dead = set(node_rows.dead().values_list("pk", flat=True)) - dlq_ids
-    for job in Job.objects.filter(pk__in=missing_active).iterator():
-        if active.append(job.wal_job()):
-            log.warning("lessonq: WAL record of active job %s was missing; rewritten from its row", job.pk)
-            report.repaired += 1
-    for job in Job.objects.filter(pk__in=missing_dead).iterator():
-        if dead.append(job.wal_job()):
-            log.warning("lessonq: DLQ record of dead job %s was missing; rewritten from its row", job.pk)
-            report.repaired += 1
-
-    # --- dispatch --------------------------------------------------------------------------------------
-    report.dispatched += _dispatch_waiting(now=now)
-    return report
+            elif row.state in DONE or (row.state in WAITING and record.id in wal_ids):
+                dlq().ack(record.id)
+                report.repaired += 1
 
 
 def _reconcile_wal_record(
     record: WalJob, row: Job | None, in_dlq: bool, now: datetime, pull_in: bool, report: Report, pulled: list[str]
 ) -> None:
-    active = wal()
     if row is not None and row.node != settings.LESSONQ_QUEUE:
         # The same JobID is owned by another node (accepted here while the database was down).
-        active.move_to(record.id, expired_dir())
+        wal().move_to(record.id, expired_dir())
         report.repaired += 1
         return
     if row is not None and (row.state in DONE or row.state == JobState.DEAD):
         if row.state == JobState.DEAD and not in_dlq:
             dlq().append(row.wal_job())
-        active.ack(record.id)
+        wal().ack(record.id)
         report.repaired += 1
         return
     if row is not None and row.state == JobState.RUNNING:
@@ -175,7 +264,7 @@ def _reconcile_wal_record(
             return
         if in_dlq:
             row.mark_dead(row.last_error)
-            active.ack(record.id)
+            wal().ack(record.id)
             report.repaired += 1
             return
         # Its worker died: publish it again; the next claim takes it over and counts the lost attempt.
@@ -185,7 +274,7 @@ def _reconcile_wal_record(
         report.dispatched += 1
         return
     if _stale(record, now):
-        active.move_to(record.id, expired_dir())
+        wal().move_to(record.id, expired_dir())
         if row is None:
             row = record_job(record, state=JobState.EXPIRED)
         row.mark_expired()
@@ -202,23 +291,65 @@ def _reconcile_wal_record(
         pulled.append(row.pk)
 
 
-def _row_for(record: WalJob) -> Job:
-    now = timezone.now()
-    return Job(
-        id=record.id,
-        node=settings.LESSONQ_QUEUE,
-        state=JobState.PENDING,
-        task=record.task,
-        output=record.attempt,
-        outcome=record.outcome,
-        trigger=record.trigger,
-        attempts=record.attempts,
-        enqueued_at=record.enqueued_at,
-        next_attempt_at=max(record.next_attempt_at, record.enqueued_at),
-        last_error=record.last_error,
-        created_at=now,
-        updated_at=now,
-    )
+def _existing_ids(ids: list[str]) -> set[str]:
+    if not ids:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM queue_job WHERE id = ANY(%s)", [ids])
+        return {row[0] for row in cursor.fetchall()}
+
+
+ADOPT_ROW_COLUMNS = (
+    "id, node, state, task, output, outcome, trigger, agent, attempts, enqueued_at, next_attempt_at, last_error,"
+    " waiting_reason, redispatches, claimed_by, created_at, updated_at"
+)
+
+ADOPT_FROM_SCRATCH = (
+    f"INSERT INTO queue_job ({ADOPT_ROW_COLUMNS}) SELECT {ADOPT_ROW_COLUMNS} FROM lessonq_adopt"  # noqa: S608 - constants
+    " ON CONFLICT (id) DO NOTHING"
+)
+
+
+def adopt_records(records: list[WalJob], *, now: datetime | None = None) -> int:
+    """Insert pending rows for WAL records with one COPY (rows that appeared meanwhile are left alone).
+    ``now``: pull every due time in to it (replay). Returns how many rows were inserted. They are not
+    dispatched: ``_dispatch_waiting`` dispatches the oldest up to capacity, the sweeper the rest as room
+    frees, so a large WAL does not flood the broker.
+
+    The caller has checked that none of these rows exist, so the COPY goes straight into ``queue_job``;
+    should a producer insert one of them meanwhile, the COPY fails as a whole and the batch goes through
+    a scratch table and ``INSERT … ON CONFLICT DO NOTHING`` instead."""
+    if not records:
+        return 0
+    # Times go as ISO 8601 text with their offset, which is what COPY's text format carries anyway:
+    # adapting a datetime per column costs more than the rest of the row (4 of them a row, 100,000 rows).
+    created = timezone.now().isoformat()
+    now_text = now.isoformat() if now is not None else ""
+    node, pending = settings.LESSONQ_QUEUE, JobState.PENDING.value
+    rows = []
+    for r in records:
+        due = max(r.next_attempt_at, r.enqueued_at)
+        due_text = now_text if now is not None and due > now else due.isoformat()
+        rows.append(
+            # The row holds what PostgreSQL can store; the record keeps the exact text (docs/api.md#input-policy).
+            (r.id, node, pending, storable(r.task), storable(r.attempt), storable(r.outcome), storable(r.trigger),
+             "", r.attempts, r.enqueued_at.isoformat(), due_text, storable(r.last_error), "", 0, "", created, created)
+        )  # fmt: skip
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            with cursor.cursor.copy(f"COPY queue_job ({ADOPT_ROW_COLUMNS}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return len(rows)
+    except (IntegrityError, psycopg.errors.UniqueViolation):  # psycopg's own: the COPY bypasses Django's wrapper
+        pass
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("CREATE TEMP TABLE lessonq_adopt (LIKE queue_job INCLUDING DEFAULTS) ON COMMIT DROP")
+        with cursor.cursor.copy(f"COPY lessonq_adopt ({ADOPT_ROW_COLUMNS}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        cursor.execute(ADOPT_FROM_SCRATCH)
+        return cursor.rowcount
 
 
 def _dispatch_waiting(*, now: datetime) -> int:

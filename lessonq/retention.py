@@ -26,7 +26,7 @@ from django.utils import timezone
 from lessonboard.models import AuditEvent
 from lessonq.models import Job, JobState
 from lessonq.paths import base, dlq
-from lessonq.triage_models import RetentionRun
+from lessonq.triage.models import RetentionRun
 from lessonq.wal import fsync_dir
 
 
@@ -119,7 +119,7 @@ def enforce(*, now: datetime | None = None, batch: int = 1000) -> RetentionRun |
         result={"archived": len(archived), "over_cap": run.over_cap, "over_age": run.over_age, "export": str(export)},
         reason="retention",
     )
-    from lessonq.triage import forget_counts
+    from lessonq.triage.queries import forget_counts
 
     forget_counts()
     return run

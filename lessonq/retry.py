@@ -1,4 +1,4 @@
-"""chatcli's retry policy (spec §6.5): exponential backoff, capped, jitter applied after the cap."""
+"""chatcli's retry policy (docs/compat/chatcli.md#retry): exponential backoff, capped, jitter applied after the cap."""
 
 from __future__ import annotations
 

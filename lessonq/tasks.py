@@ -5,14 +5,15 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from lessonq import processing, reconcile
+from lessonq import dlq, processing, reconcile
+from lessonq.dispatch import PROCESS_JOB
 
 # A hard backstop above the per-job timeout (which bounds the LLM call): a child stuck past it is
 # killed, the message redelivered and the lost attempt counted by the next claim.
 _HARD_LIMIT = settings.LESSONQ_JOB_TIMEOUT + 60
 
 
-@shared_task(name="lessonq.tasks.process_job", ignore_result=True, acks_late=True, time_limit=_HARD_LIMIT)
+@shared_task(name=PROCESS_JOB, ignore_result=True, acks_late=True, time_limit=_HARD_LIMIT)
 def process_job(job_id: str) -> str:
     return processing.process(job_id)
 
@@ -40,19 +41,15 @@ def replay() -> dict[str, int]:
 @shared_task(name="lessonq.tasks.retry_dead", ignore_result=True)
 def retry_dead(job_id: str) -> str:
     """A DLQ retry asked for on another node, run where the DLQ record lives."""
-    from lessonq import dlq
-
     dlq.retry(job_id, actor="remote")
     return job_id
 
 
 @shared_task(name="lessonq.tasks.purge_dead", ignore_result=True)
 def purge_dead(job_id: str) -> str:
-    from lessonq import dlq
-
     dlq.purge(job_id, actor="remote")
     return job_id
 
 
-# DLQ triage (issue 5): register its tasks with the worker (autodiscovery imports this module only).
+# DLQ triage: register its tasks with the worker (autodiscovery imports this module only).
 from lessonq import bulk, retention  # noqa: E402,F401

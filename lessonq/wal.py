@@ -1,9 +1,9 @@
-"""chatcli's lessonq WAL (spec §2.4, §4): one framed record per job, ``<dir>/<JobID>.wal``.
+"""chatcli's lessonq WAL (docs/compat/chatcli.md#wal-envelope, docs/compat/chatcli.md#wal): one framed record per job, ``<dir>/<JobID>.wal``.
 
 Framing (big-endian): ``LSN1`` | payload length | CRC-32 | payload (the JSON envelope) | CRC-32 again.
 The same class serves the active WAL (``wal/``) and the dead-letter queue (``dlq/``).
 
-Unlike chatcli: records are read fully (chatcli loses records over ~4 KiB, §4.4); corrupt or torn
+Unlike chatcli: records are read fully (chatcli loses records over ~4 KiB, docs/compat/chatcli.md#wal-reading); corrupt or torn
 records are moved to ``quarantine/`` instead of deleted; leftover ``.tmp.`` files are removed only
 after a grace period, so a listing never races an append in flight; and appends use ``link()`` rather
 than ``rename()`` so that two processes appending the same JobID at once produce one record and
@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 import struct
 import threading
 import time
@@ -35,11 +36,13 @@ TRAILER = struct.Struct(">I")
 MAX_PAYLOAD = 16 << 20  # 16 MiB, chatcli's limit
 RECORD_VERSION = 1
 SUFFIX = ".wal"
+REASON_SUFFIX = ".reason"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DIR_MODE = 0o750
 FILE_MODE = 0o600
 _SEQ = itertools.count(1)  # per process, like chatcli's per-instance counter: temp names never collide
 _SEQ_LOCK = threading.Lock()
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class WalError(Exception):
@@ -58,7 +61,7 @@ class CorruptRecord(WalError):
 
 @dataclass(frozen=True)
 class WalJob:
-    """chatcli's ``LessonJob`` (§2.3): the request plus its retry state."""
+    """chatcli's ``LessonJob`` (docs/compat/chatcli.md#lesson-job): the request plus its retry state."""
 
     id: str
     task: str = ""
@@ -128,10 +131,13 @@ def decode(payload: bytes) -> WalJob:
 
     try:
         data = json.loads(payload)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise CorruptRecord(f"bad json: {exc}") from exc
     if not isinstance(data, dict):
         raise CorruptRecord("envelope is not an object")
+    fast = _decode_canonical(data)
+    if fast is not None:
+        return fast
     env = _fold(data)
     version = env.get("v", 0)
     if version != RECORD_VERSION:
@@ -152,8 +158,44 @@ def decode(payload: bytes) -> WalJob:
             attempts=int(job.get("attempts") or 0),
             last_error=_str(job.get("lasterror")),
         )
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CorruptRecord(f"bad job fields: {exc}") from exc
+
+
+_CANONICAL_JOB = ("ID", "Request", "EnqueuedAt", "NextAttemptAt", "Attempts", "LastError")
+_CANONICAL_REQUEST = ("Task", "Attempt", "Outcome", "Trigger")
+
+
+def _decode_canonical(data: dict[str, Any]) -> WalJob | None:
+    """The envelope exactly as chatcli and we write it (every record, in practice), read without the
+    case folding; ``None`` sends anything else through ``decode``'s general rules."""
+    if data.keys() != {"v", "job"} or data["v"] != RECORD_VERSION:
+        return None
+    job, req = data["job"], None
+    if type(job) is dict and tuple(job) == _CANONICAL_JOB:
+        req = job["Request"]
+    if type(req) is not dict or tuple(req) != _CANONICAL_REQUEST:
+        return None
+    values = (job["ID"], job["LastError"], *req.values())
+    if not all(type(v) is str for v in values) or type(job["Attempts"]) is not int:
+        return None
+    try:
+        enqueued = _time(job["EnqueuedAt"])
+        # A new record is due when it was enqueued: the same text, parsed once.
+        next_attempt = enqueued if job["NextAttemptAt"] == job["EnqueuedAt"] else _time(job["NextAttemptAt"])
     except (TypeError, ValueError) as exc:
         raise CorruptRecord(f"bad job fields: {exc}") from exc
+    return WalJob(
+        id=job["ID"],
+        task=req["Task"],
+        attempt=req["Attempt"],
+        outcome=req["Outcome"],
+        trigger=req["Trigger"],
+        enqueued_at=EPOCH if enqueued == gojson.GO_ZERO_TIME else enqueued,
+        next_attempt_at=next_attempt,
+        attempts=job["Attempts"],
+        last_error=job["LastError"],
+    )
 
 
 def _fold(obj: Any) -> dict[str, Any]:
@@ -167,7 +209,9 @@ def _str(value: Any) -> str:
         return ""
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
-    return value
+    # Go's decoder turns a lone surrogate escape ("\ud800") into U+FFFD; so does this one, so a record
+    # read here can always be written back.
+    return _SURROGATE.sub("\ufffd", value)
 
 
 def _time(value: Any) -> datetime:
@@ -177,6 +221,29 @@ def _time(value: Any) -> datetime:
 
 
 # --- the directory -----------------------------------------------------------------------------------
+READ_AHEAD = 1 << 16  # one read() holds a typical record whole
+
+
+def read_record(path: str) -> bytes:
+    """The bytes of one record file, read with plain ``os`` calls (a replay reads 100,000s of these;
+    ``open()``'s buffered file object costs more than the read itself): the frame's header says how
+    much to read, so a small record takes one read. Bytes past the frame are never looked at."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.read(fd, READ_AHEAD)
+        if len(data) < HEADER.size:
+            return data
+        want = HEADER.size + min(HEADER.unpack_from(data)[1], MAX_PAYLOAD) + TRAILER.size
+        while len(data) < want:
+            more = os.read(fd, want - len(data))
+            if not more:
+                break
+            data += more
+        return data
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class Listing:
     jobs: list[WalJob] = field(default_factory=list)
@@ -254,6 +321,43 @@ class Wal:
         fsync_dir(self.dir)
         return True
 
+    def append_many(self, jobs: list[WalJob]) -> list[bool]:
+        """``append`` for a batch: each record written and fsynced and linked in place, then one
+        directory fsync for all of them. When it returns, every record is durable; each entry says
+        whether that record was new (``False``: one existed, left as it was)."""
+        from lessonq import faults
+
+        created: list[bool] = []
+        for job in jobs:
+            final = self.path(job.id)
+            if final.exists():
+                created.append(False)
+                continue
+            tmp = self._write_tmp(job.id, self._encode(job))
+            faults.point("wal.append.after_tmp")
+            try:
+                os.link(tmp, final)
+                created.append(True)
+            except FileExistsError:
+                created.append(False)
+            finally:
+                tmp.unlink(missing_ok=True)
+        if any(created):
+            fsync_dir(self.dir)
+        return created
+
+    def ack_many(self, job_ids: list[str]) -> None:
+        """``ack`` for a batch: unlink each record, one directory fsync."""
+        removed = False
+        for job_id in job_ids:
+            try:
+                self.path(job_id).unlink()
+                removed = True
+            except FileNotFoundError:
+                continue
+        if removed:
+            fsync_dir(self.dir)
+
     def update(self, job: WalJob) -> None:
         """Overwrite the record (retry state) with the same tmp → fsync → rename → dir fsync path."""
         tmp = self._write_tmp(job.id, self._encode(job))
@@ -309,7 +413,9 @@ class Wal:
             return None
         return decode(unframe(data))
 
-    def quarantine(self, path: Path, reason: str) -> str:
+    def quarantine(self, path: Path, reason: str, *, poison: bool = False) -> str:
+        """Move an unreadable record (or, ``poison``, a readable one that cannot be handled) aside, with
+        its reason in ``<name>.reason``; never deleted. The name in ``quarantine/``, or ``""`` if gone."""
         self.quarantine_dir.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         target = self.quarantine_dir / f"{self.dir.name}-{path.name}"
         n = 1
@@ -320,11 +426,19 @@ class Wal:
             os.replace(path, target)
         except FileNotFoundError:
             return ""
+        # The reason beside it, for the queue page and the operator (written after the move: a crash in
+        # between leaves a record without a reason, never a reason without a record).
+        reason_file = target.with_name(target.name + REASON_SUFFIX)
+        reason_file.write_text(reason + "\n", encoding="utf-8", errors="backslashreplace")
+        reason_file.chmod(FILE_MODE)
         fsync_dir(self.quarantine_dir)
-        log.warning("lessonq: corrupt record %s quarantined as %s: %s", path, target, reason)
+        log.warning("lessonq: record %s quarantined as %s: %s", path, target, reason)
         from lessonq import metrics
 
-        metrics.WAL_CORRUPTION.inc()
+        if poison:
+            metrics.POISON_RECORDS.inc()
+        else:
+            metrics.WAL_CORRUPTION.inc()
         return target.name
 
     def names(self) -> list[str]:
@@ -346,14 +460,14 @@ class Wal:
         listing = Listing()
         now = time.time()
         try:
-            entries = sorted(os.scandir(self.dir), key=lambda e: e.name)
+            entries = list(os.scandir(self.dir))
         except FileNotFoundError:
             return listing
         for entry in entries:
             if not entry.is_file(follow_symlinks=False):
                 continue
-            path = Path(entry.path)
             if ".tmp." in entry.name:
+                path = Path(entry.path)
                 try:
                     if now - entry.stat().st_mtime > self.tmp_grace:
                         path.unlink(missing_ok=True)
@@ -364,16 +478,47 @@ class Wal:
             if not entry.name.endswith(SUFFIX):
                 continue
             try:
-                job = decode(unframe(path.read_bytes()))
+                job = decode(unframe(read_record(entry.path)))
                 if job.id != entry.name[: -len(SUFFIX)]:
                     raise CorruptRecord(f"record id {job.id!r} does not match its file name")
             except FileNotFoundError:
                 continue
             except CorruptRecord as exc:
-                name = self.quarantine(path, str(exc))
+                name = self.quarantine(Path(entry.path), str(exc))
                 if name:
                     listing.quarantined.append(name)
                 continue
             listing.jobs.append(job)
-        listing.jobs.sort(key=lambda j: j.enqueued_at)
+        listing.jobs.sort(key=lambda j: (j.enqueued_at, j.id))  # ties in file-name order, as before
         return listing
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    name: str
+    reason: str
+    quarantined_at: datetime
+    size: int
+
+
+def quarantined(directory: Path, *, limit: int = 100) -> tuple[list[Quarantined], int]:
+    """The newest ``limit`` files in a quarantine folder with their reasons, and how many there are."""
+    try:
+        entries = [e for e in os.scandir(directory) if e.is_file() and not e.name.endswith(REASON_SUFFIX)]
+    except FileNotFoundError:
+        return [], 0
+    stats = []
+    for entry in entries:
+        try:
+            stats.append((entry, entry.stat()))
+        except FileNotFoundError:
+            continue
+    stats.sort(key=lambda pair: pair[1].st_mtime, reverse=True)
+    out = []
+    for entry, st in stats[:limit]:
+        try:
+            reason = Path(entry.path + REASON_SUFFIX).read_text(encoding="utf-8", errors="replace").strip()
+        except FileNotFoundError:
+            reason = "corrupt record (no reason recorded)"
+        out.append(Quarantined(entry.name, reason, datetime.fromtimestamp(st.st_mtime, UTC), st.st_size))
+    return out, len(stats)

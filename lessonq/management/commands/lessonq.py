@@ -1,4 +1,6 @@
-"""``manage.py lessonq import DIR``: adopt a chatcli reflexion base dir (its wal/ and dlq/ records)."""
+"""``manage.py lessonq import DIR``: adopt a chatcli reflexion base dir (its wal/ and dlq/ records).
+``manage.py lessonq adopt NODE [--now]``: adopt a dead node's active and dead jobs into this node
+(docs/deployment.md#node-dies)."""
 
 from __future__ import annotations
 
@@ -12,15 +14,24 @@ from lessonq.adoption import AdoptionError, import_base_dir
 
 
 class Command(BaseCommand):
-    help = "Lesson queue maintenance. `import DIR` adopts a chatcli reflexion base dir (idempotent)."
+    help = (
+        "Lesson queue maintenance. `import DIR` adopts a chatcli reflexion base dir (idempotent); "
+        "`adopt NODE` adopts a dead node's active and dead jobs into this node."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         imp = sub.add_parser("import", help="adopt DIR/wal and DIR/dlq (chatcli's .chatcli/reflexion)")
         imp.add_argument("directory", type=Path)
         imp.add_argument("--json", action="store_true", help="machine-readable output")
+        adopt = sub.add_parser("adopt", help="adopt the active and dead jobs of NODE (its lease must have run out)")
+        adopt.add_argument("node", help="the node's name (LESSONBOARD_NODE) or its queue lessonq.<node>")
+        adopt.add_argument("--now", action="store_true", help="do not wait for its lease: retire it (stop it first)")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
+        if action == "adopt":
+            self.adopt(options["node"], now=options["now"])
+            return
         try:
             report = import_base_dir(options["directory"])
         except (AdoptionError, OSError) as exc:
@@ -32,3 +43,16 @@ class Command(BaseCommand):
             f"imported {report.active} pending and {report.dead} dead job(s); "
             f"{report.known} already known; {report.quarantined} corrupt record(s) quarantined"
         )
+
+    def adopt(self, node: str, *, now: bool) -> None:
+        from django.conf import settings
+
+        from lessonq import failover, reconcile
+
+        queue = node if node.startswith("lessonq.") else f"lessonq.{node}"
+        if queue == settings.LESSONQ_QUEUE:
+            raise CommandError(f"{queue} is this node: run the command on the node that takes its jobs over")
+        adopted = failover.adopt(queue, force=now)
+        if adopted:
+            reconcile.sweep()  # dispatch them within this node's capacity
+        self.stdout.write(f"adopted {adopted} job(s) (active and dead) of {queue} into {settings.LESSONQ_QUEUE}")

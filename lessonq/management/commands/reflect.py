@@ -1,4 +1,4 @@
-"""``manage.py reflect`` — chatcli's ``/reflect`` (spec §12) for this node's queue.
+"""``manage.py reflect`` — chatcli's ``/reflect`` (docs/compat/chatcli.md#reflect-command) for this node's queue.
 
     reflect                 status: pending jobs and DLQ entries
     reflect list            pending jobs and the DLQ
@@ -14,9 +14,11 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
@@ -24,6 +26,10 @@ from lessonq import dlq, reconcile
 from lessonq.models import Job
 from lessonq.paths import dlq as dlq_dir
 from lessonq.paths import wal
+
+SUBCOMMANDS = ("list", "failed", "retry", "purge", "drain")
+# chatcli's message, with lessonboard's variable (chatcli's is CHATCLI_QUALITY_REFLEXION_QUEUE_ENABLED=1).
+DISABLED = "reflexion queue is disabled — enable via LESSONQ_ENABLED=true"
 
 
 def cut(text: str, limit: int) -> str:
@@ -49,12 +55,27 @@ class Command(BaseCommand):
         parser.add_argument("words", nargs="*", help="subcommand and arguments, or the text of a manual lesson")
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
+    def execute(self, *args: Any, **options: Any) -> Any:
+        """From a terminal, a failure prints chatcli's own line (``  ⚠  retry failed: …``) on stderr and
+        exits non-zero, without Django's ``CommandError:`` prefix; ``call_command`` still raises."""
+        try:
+            return super().execute(*args, **options)
+        except CommandError as exc:
+            if not getattr(self, "_called_from_command_line", False) or options.get("traceback"):
+                raise
+            self.stderr.write("  " + str(exc))
+            sys.exit(exc.returncode or 1)
+
     def handle(self, *args: Any, words: list[str], json: bool = False, **options: Any) -> None:
         self.as_json = json
         tokens = " ".join(words).split()
+        sub = tokens[0].lower() if tokens else ""
+        if sub in SUBCOMMANDS and not settings.LESSONQ_ENABLED:
+            raise CommandError(DISABLED)
         if not tokens:
+            if not settings.LESSONQ_ENABLED:
+                return self.say(DISABLED)
             return self.status()
-        sub = tokens[0].lower()
         if sub == "list":
             return self.list_jobs()
         if sub == "failed":
@@ -143,8 +164,12 @@ class Command(BaseCommand):
 
     def manual(self, text: str) -> None:
         # The same path as the lessons page and POST /api/v1/lessons: chatcli's /reflect <text> shape.
+        from lessonboard.inputs import unstorable_reason
         from lessons.store import persist_manual
 
+        problem = unstorable_reason(text)
+        if problem is not None:  # refused like the API and the page (docs/api.md#input-policy)
+            raise CommandError(f"the lesson text {problem}")
         result = persist_manual(text, actor="cli")
         if self.as_json:
             return self.emit({"lesson_id": result.lesson.pk, "action": result.action})

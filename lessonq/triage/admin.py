@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from lessonq.triage_models import BulkAction, BulkItem, RetentionRun
+from lessonq.triage.models import BulkAction, BulkItem, RetentionRun
 
 
 class BulkItemInline(admin.TabularInline):

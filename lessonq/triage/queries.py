@@ -23,7 +23,7 @@ from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
 
 from lessonboard.models import AuditEvent
-from lessonq.models import Job, JobState
+from lessonq.models import Job, JobQuerySet, JobState
 from lessonq.paths import base, dlq, expired_dir, wal
 from lessonq.wal import WalError
 
@@ -51,7 +51,7 @@ TABS: dict[str, Tab] = {
 DEFAULT_TAB = "dead"
 
 
-def tab_jobs(tab: Tab, *, now: datetime | None = None) -> QuerySet[Job]:
+def tab_jobs(tab: Tab, *, now: datetime | None = None) -> JobQuerySet:
     qs = Job.objects.filter(state__in=tab.states)
     if tab.recent:
         qs = qs.filter(finished_at__gte=(now or timezone.now()) - timedelta(seconds=settings.LESSONQ_DONE_WINDOW))
@@ -91,7 +91,7 @@ class JobFilter:
     def narrowed(self) -> bool:
         return any(k not in ("tab", "sort") for k in self.as_dict())
 
-    def apply(self, *, now: datetime | None = None) -> QuerySet[Job]:
+    def apply(self, *, now: datetime | None = None) -> JobQuerySet:
         now = now or timezone.now()
         qs = tab_jobs(TABS[self.tab], now=now)
         if self.trigger:
@@ -116,7 +116,8 @@ class JobFilter:
 def text_search(q: str) -> Q:
     """Substring search over task and last error, or a job id. ``icontains`` compiles to
     ``UPPER(col) LIKE UPPER('%q%')``, which the trigram GIN indexes on ``UPPER(task)`` and
-    ``UPPER(last_error)`` (migration 0100_triage) serve."""
+    ``UPPER(last_error)`` of dead jobs serve (partial, migration 0003_queue_throughput: the Dead tab is
+    the one with many rows; the other tabs' rows are few or time-bounded)."""
     return Q(task__icontains=q) | Q(last_error__icontains=q) | Q(pk=q.strip().lower())
 
 
@@ -164,13 +165,13 @@ def after(keys: tuple[tuple[str, bool], ...], values: list[Any]) -> Q:
     return condition & expansion
 
 
-def keyset(qs: QuerySet[Job], *, sort: str, cursor: str | None, size: int) -> Page:
+def keyset(qs: JobQuerySet, *, sort: str, cursor: str | None, size: int) -> Page:
     keys = ORDERINGS.get(sort, ORDERINGS["newest"])
     qs = qs.order_by(*[f"-{name}" if desc else name for name, desc in keys])
     values = _decode(cursor, keys) if cursor else None
     if values is not None:
         qs = qs.filter(after(keys, values))
-    rows = list(qs.select_related("workspace")[: size + 1])
+    rows = list(qs.for_list().select_related("workspace")[: size + 1])
     if len(rows) <= size:
         return Page(rows, None)
     rows = rows[:size]
@@ -348,6 +349,10 @@ class RecordInfo:
     error: str = ""
 
 
+RECORD_SHOWN_BYTES = 256 * 1024
+TOO_BIG = "not decoded here: records over {limit} bytes are not shown on the page"
+
+
 def record_info(job: Job) -> RecordInfo:
     """Where the job's WAL record lives, its size and its decoded envelope (records live on the node
     that accepted the job: for another node's job only the location is known here)."""
@@ -361,6 +366,10 @@ def record_info(job: Job) -> RecordInfo:
     ]
     for location, path in candidates:
         try:
+            size = path.stat().st_size
+            if size > RECORD_SHOWN_BYTES:
+                # A 14 MiB record is not decoded into a page: the payloads show as previews above.
+                return RecordInfo(location, path, size, error=TOO_BIG.format(limit=RECORD_SHOWN_BYTES))
             data = path.read_bytes()
         except FileNotFoundError:
             continue
@@ -402,11 +411,12 @@ def similar_dead_jobs(job: Job, *, limit: int = 10) -> tuple[int, list[Job], lis
     """Same fingerprint (count and newest few), and dead jobs whose signature is trigram-similar."""
     same = Job.objects.dead().filter(fingerprint=job.fingerprint).exclude(pk=job.pk)
     count = same.count()
-    newest = list(same.order_by("-finished_at", "-id")[:limit])
+    newest = list(same.for_list().order_by("-finished_at", "-id")[:limit])
     similar: list[Job] = []
     if job.error_signature:
         similar = list(
             Job.objects.dead()
+            .for_list()
             .exclude(fingerprint=job.fingerprint)
             .filter(error_signature__trigram_similar=job.error_signature)
             .annotate(similarity=TrigramSimilarity("error_signature", job.error_signature))
@@ -425,7 +435,8 @@ def similar_lessons(job: Job, *, limit: int = 5) -> tuple[str, list[Any]]:
     and normalised error (no index; the store is small next to the queue)."""
     from lessons.models import Lesson
 
-    probe = f"{job.task[:500]}\n{job.error_signature}".strip()
+    task = getattr(job, "task_preview", None)  # the job page loads previews, not the payloads
+    probe = f"{(job.task if task is None else task)[:500]}\n{job.error_signature}".strip()
     if not probe:
         return "none", []
     try:

@@ -1,5 +1,6 @@
 """Triage metrics: distance to the DLQ retention cap, DLQ depth per error fingerprint (both computed
-at scrape time), and operator actions per operator."""
+at scrape time), and operator actions. Who acted is in the audit log, never in a label: /metrics must not
+name people (docs/security.md#metrics)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from prometheus_client.registry import Collector
 OPERATOR_ACTIONS = Counter(
     "lessonboard_dlq_operator_actions_total",
     "DLQ retries and purges asked for from the triage pages (bulk actions count their items).",
-    ["action", "operator"],
+    ["action"],
 )
 
 TOP_GROUPS = 50  # label cardinality bound
