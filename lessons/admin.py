@@ -102,6 +102,9 @@ class LessonVersionAdmin(admin.ModelAdmin):
         "created_at",
     ]
 
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # written by the system; an Add form here could only crash or forge history
+
 
 import lessons.reflect.admin  # noqa: E402 - doc reflection registers its own admins
 import lessons.review.admin  # noqa: E402, F401 - gated memory writes register their own admins

@@ -2,85 +2,188 @@
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from django.conf import settings
+from django.db import transaction
 from django.http import HttpRequest, JsonResponse
+from pydantic import Field
 
-from lessonboard.api import ApiError, api_view, json_body, require_str
-from lessonboard.models import SLUG_RE, AuditEvent, TokenScope, Workspace
+from lessonboard.api import ApiError, Described, api_view, check_workspace, json_body, workspace_for
+from lessonboard.models import AgentToken, AuditEvent, TokenScope, Workspace
+from lessonboard.schemas import AgentName, OptionalSlug, RequestModel, ResponseModel, Says, Tags, validated
 from lessons import retrieval
+from lessons.language import clean_code
 from lessons.models import Lesson
 from lessons.rendering import lesson_json, memory_block
 from lessons.store import persist_lesson, persist_manual, record_use
+from lessons.usage.log import record_retrieval
+from lessons.usage.outcomes import OutcomeError, report_outcome
 
 MAX_TEXT = 20_000
 MAX_K = 50
 
-
-def _workspace(data: dict[str, Any]) -> Workspace | None:
-    slug = require_str(data, "workspace", required=False, max_length=100)
-    if not slug:
-        return None
-    if not re.match(SLUG_RE, slug):
-        raise ApiError("'workspace' must be a slug: lower-case letters, digits, '.', '_' or '-'", field="workspace")
-    return Workspace.objects.for_slug(slug)
+Text = Annotated[str, Field(max_length=MAX_TEXT)]
+RequiredText = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
 
 
-def _tags(data: dict[str, Any], field: str = "tags") -> list[str]:
-    tags = data.get(field)
-    if tags is None:
-        return []
-    if not isinstance(tags, list) or not all(isinstance(t, str) and 0 < len(t) <= 200 for t in tags):
-        raise ApiError(f"'{field}' must be a list of non-empty strings (at most 200 characters each)", field=field)
-    return [t.strip().lower() for t in tags if t.strip()]
+class _LessonCommon(RequestModel):
+    workspace: OptionalSlug | None = None
+    agent: AgentName | None = None
 
 
-@api_view(TokenScope.FULL)
+class ManualLessonBody(_LessonCommon):
+    """chatcli's manual lesson (``/reflect <text>``): chosen when ``text`` is present."""
+
+    text: RequiredText
+    locale: Annotated[Literal["en", "pt", ""], Says("'locale' must be 'en' or 'pt'")] | None = None
+
+
+class StructuredLessonBody(_LessonCommon):
+    """A lesson in its parts."""
+
+    situation: RequiredText
+    correction: RequiredText
+    mistake: Text | None = None
+    trigger: Annotated[str, Field(max_length=50)] | None = Field(None, description='default "manual"')
+    lang: Annotated[str, Field(max_length=16)] | None = Field(
+        None, description='ISO 639-1 ("en", "pt", …); absent or empty: detected'
+    )
+    confidence: Annotated[float, Field(ge=0, le=1), Says("'confidence' must be a number between 0 and 1")] = 0.6
+    tags: Tags | None = None
+
+
+class RetrieveBody(RequestModel):
+    task: RequiredText
+    k: Annotated[int, Field(ge=1, le=MAX_K), Says(f"'k' must be an integer from 1 to {MAX_K}")] = 5
+    hyde: bool | None = Field(None, description="absent: the server's LESSONBOARD_LESSONS_HYDE")
+    workspace: OptionalSlug | None = Field(None, description="required for a token bound to workspaces")
+    agent: AgentName | None = None
+    tags: Tags | None = None
+
+
+class OutcomeBody(RequestModel):
+    retrieval_id: Annotated[int, Field(ge=1), Says("'retrieval_id' must be a positive integer id")]
+    success: Annotated[bool, Says("'success' must be true or false")]
+    note: Annotated[str, Field(max_length=4000)] | None = None
+
+
+class LessonOut(ResponseModel):
+    id: int
+    fact_id: str
+    content: str
+    category: str
+    situation: str
+    mistake: str
+    correction: str
+    tags: list[str]
+    trigger: str
+    lang: str
+    confidence: float
+    provenance: str
+    access_count: int
+    last_accessed: str
+    score: float
+    status: str
+    workspace: str | None
+    agent: str
+    source_job_id: str | None
+    created_at: str
+    updated_at: str
+
+
+class LessonCreated(ResponseModel):
+    action: str = Field(description="created, superseded (201) or merged/reinforced (200)")
+    message: str
+    lesson: LessonOut
+
+
+class RetrievedLesson(LessonOut):
+    retrieval: dict[str, Any]
+
+
+class Retrieval(ResponseModel):
+    retrieval_id: int | None
+    lessons: list[RetrievedLesson]
+    memory_block: str
+    reason: str | None
+    explanation: dict[str, Any]
+
+
+class OutcomeRecorded(ResponseModel):
+    retrieval_id: int
+    success: bool | None
+    lessons: list[int]
+
+
+def _workspace(token: AgentToken, slug: str | None) -> Workspace | None:
+    return workspace_for(token, slug) if slug else None
+
+
+def _lang(value: str | None) -> str:
+    """The optional ``lang`` (``"en"``, ``"pt"``, another ISO 639-1 code); absent or empty = detected."""
+    try:
+        return clean_code(value or "")
+    except ValueError as exc:
+        raise ApiError(f"'lang' must be {exc}", field="lang") from exc
+
+
+@api_view(
+    TokenScope.FULL,
+    describe=Described(
+        "Add a manual lesson",
+        body=(ManualLessonBody, StructuredLessonBody),
+        responses={201: LessonCreated, 200: LessonCreated},
+    ),
+)
 def create_lesson(request: HttpRequest) -> JsonResponse:
     """``{"text": …}`` → chatcli's manual lesson (``/reflect <text>``); or the structured shape
-    ``{"situation", "mistake", "correction", "tags", "trigger"}``. Both take ``workspace``, ``agent``."""
+    ``{"situation", "mistake", "correction", "tags", "trigger", "lang"}``. Both take ``workspace``, ``agent``."""
     data = json_body(request, max_bytes=1024 * 1024)
     token = request.agent_token  # type: ignore[attr-defined]
-    workspace = _workspace(data)
-    agent = require_str(data, "agent", required=False, max_length=200)
     actor = f"token:{token.name}"
+    # Validate everything first; then the action and its audit event commit together.
     if "text" in data:
-        text = require_str(data, "text", max_length=MAX_TEXT).strip()
+        manual = validated(ManualLessonBody, data)
+        text = manual.text.strip()
         if not text:
             raise ApiError("'text' is required", field="text")
-        locale = require_str(data, "locale", required=False, max_length=10) or "en"
-        if locale not in ("en", "pt"):
-            raise ApiError("'locale' must be 'en' or 'pt'", field="locale")
-        result = persist_manual(text, locale=locale, workspace=workspace, agent=agent, actor=actor)
+        workspace = _workspace(token, manual.workspace)
+        agent, locale = manual.agent or "", manual.locale or "en"
+
+        def act() -> Any:
+            return persist_manual(text, locale=locale, workspace=workspace, agent=agent, actor=actor)
+
     else:
-        situation = require_str(data, "situation", max_length=MAX_TEXT)
-        correction = require_str(data, "correction", max_length=MAX_TEXT)
-        mistake = require_str(data, "mistake", required=False, max_length=MAX_TEXT)
-        trigger = require_str(data, "trigger", required=False, max_length=50) or "manual"
-        confidence = data.get("confidence", 0.6)
-        if not isinstance(confidence, int | float) or isinstance(confidence, bool) or not 0 <= confidence <= 1:
-            raise ApiError("'confidence' must be a number between 0 and 1", field="confidence")
-        result = persist_lesson(
-            situation=situation,
-            mistake=mistake,
-            correction=correction,
-            tags=_tags(data),
-            trigger=trigger,
-            workspace=workspace,
-            agent=agent,
-            confidence=float(confidence),
-            provenance="manual",
-            actor=actor,
-            reason="manual lesson (API)",
+        body = validated(StructuredLessonBody, data)
+        lang = _lang(body.lang)
+        workspace = _workspace(token, body.workspace)
+
+        def act() -> Any:
+            return persist_lesson(
+                situation=body.situation,
+                mistake=body.mistake or "",
+                correction=body.correction,
+                tags=[t.strip().lower() for t in body.tags or [] if t.strip()],
+                trigger=body.trigger or "manual",
+                workspace=workspace,
+                agent=body.agent or "",
+                confidence=body.confidence,
+                provenance="manual",
+                actor=actor,
+                reason="manual lesson (API)",
+                lang=lang,
+            )
+
+    with transaction.atomic():
+        result = act()
+        AuditEvent.record(
+            "lesson.create",
+            token=token,
+            object_type="lesson",
+            object_ids=[result.lesson.pk],
+            result={"action": result.action},
         )
-    AuditEvent.record(
-        "lesson.create",
-        token=token,
-        object_type="lesson",
-        object_ids=[result.lesson.pk],
-        result={"action": result.action},
-    )
     return JsonResponse(
         {
             "action": result.action,
@@ -91,26 +194,65 @@ def create_lesson(request: HttpRequest) -> JsonResponse:
     )
 
 
-@api_view(TokenScope.FULL)
+@api_view(
+    TokenScope.FULL,
+    describe=Described(
+        "Retrieve the lessons for a task",
+        body=(RetrieveBody,),
+        responses={200: Retrieval},
+        links={
+            200: {
+                "report": {
+                    "operationId": "api-outcome",
+                    "requestBody": {"retrieval_id": "$response.body#/retrieval_id", "success": True},
+                }
+            }
+        },
+    ),
+)
 def retrieve(request: HttpRequest) -> JsonResponse:
-    """``{task, k, workspace, tags, hyde}`` → ``{lessons, memory_block, explanation}``; reinforces by use."""
-    data = json_body(request, max_bytes=256 * 1024)
-    task = require_str(data, "task", max_length=MAX_TEXT)
-    k = data.get("k", 5)
-    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
-        raise ApiError(f"'k' must be an integer from 1 to {MAX_K}", field="k")
-    hyde = data.get("hyde", False)
-    if not isinstance(hyde, bool):
-        raise ApiError("'hyde' must be true or false", field="hyde")
-    slug = require_str(data, "workspace", required=False, max_length=100)
-    filters = retrieval.Filters(workspace=slug, tags=_tags(data))
+    """``{task, k, workspace, tags, hyde}`` → ``{lessons, memory_block, reason, explanation}``; reinforces by use.
+    A task is cut to ``LESSONS_QUERY_MAX_CHARS`` (the explanation says so)."""
+    body = validated(RetrieveBody, json_body(request, max_bytes=256 * 1024))
+    task, k, slug, agent = body.task, body.k, body.workspace or "", body.agent or ""
+    hyde = settings.LESSONS_HYDE if body.hyde is None else body.hyde  # the server-wide switch, unless the request says
+    token: AgentToken = request.agent_token  # type: ignore[attr-defined]
+    if slug:
+        check_workspace(token, slug)
+    elif token.workspaces:
+        # A bound token reads its own workspaces only; "every workspace" is not one of them.
+        raise ApiError("'workspace' is required for a token bound to workspaces", field="workspace")
+    tags = [t.strip().lower() for t in body.tags or [] if t.strip()]
+    filters = retrieval.Filters(workspace=slug, tags=tags)
     result = retrieval.search(task, k=k, filters=filters, hyde=hyde)
     lessons: list[Lesson] = [hit.lesson for hit in result.hits]
     record_use([lesson.pk for lesson in lessons])
+    logged = record_retrieval(task, result.hits, k=k, agent=agent or token.name, workspace=slug, token=token)
     return JsonResponse(
         {
+            "retrieval_id": logged.pk if logged else None,
             "lessons": [{**lesson_json(hit.lesson), "retrieval": hit.as_dict()} for hit in result.hits],
             "memory_block": memory_block(lessons),
+            # Why "lessons" is empty (the floor: nothing known applies), null otherwise.
+            "reason": result.reason or None,
             "explanation": {key: value for key, value in result.explanation.items() if key != "query"},
         }
     )
+
+
+@api_view(
+    TokenScope.INGEST,
+    describe=Described(
+        "Report how the task of a retrieval went", body=(OutcomeBody,), responses={200: OutcomeRecorded}, errors=(404,)
+    ),
+)
+def outcome(request: HttpRequest) -> JsonResponse:
+    """``{retrieval_id, success, note}`` → how the task of that retrieval went; updates the usefulness
+    of every lesson it served. A failure can also be reported as a trigger carrying ``retrieval_id``."""
+    body = validated(OutcomeBody, json_body(request, max_bytes=64 * 1024))
+    try:
+        row = report_outcome(body.retrieval_id, success=body.success, note=body.note or "")
+    except OutcomeError as exc:
+        raise ApiError(exc.message, status=exc.status, field=exc.field) from exc
+    served = list(row.served.values_list("lesson_id", flat=True))
+    return JsonResponse({"retrieval_id": row.pk, "success": row.success, "lessons": served})

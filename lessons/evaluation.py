@@ -3,6 +3,12 @@
 Each line is ``{"kind": "lesson", "id", "situation", "mistake", "correction", "tags", "trigger"}`` or
 ``{"kind": "query", "id", "query", "relevant": [lesson ids]}``. Used by the recall test and by
 ``bench/bench_retrieval_eval.py`` (which also picks the default model and branch weights).
+
+Queries may carry ``type``: ``next-task`` (a concrete task in its own words whose lesson states the
+situation generally; ``split`` is ``tune`` or ``heldout``, ``lang`` ``en``/``pt``; ``batch`` 2 marks the
+60 added later, written before any tuning on them and split by a hash of their id) or ``off-topic``
+(``relevant`` is empty: the right answer is no lesson). Queries without ``type`` are the original set
+(paraphrases, identifiers, cross-lingual twins).
 """
 
 from __future__ import annotations
@@ -42,6 +48,21 @@ def load(path: Path) -> EvalSet:
     return EvalSet(lessons, queries)
 
 
+def subset(
+    eval_set: EvalSet, *, query_type: str | None = None, split: str | None = None, batch: int | None = None
+) -> EvalSet:
+    """The queries of one ``type`` (``"original"`` for those without one) and, optionally, one ``split``
+    and one ``batch`` (1 for queries without one)."""
+    queries = [
+        q
+        for q in eval_set.queries
+        if (query_type is None or q.get("type", "original") == query_type)
+        and (split is None or q.get("split") == split)
+        and (batch is None or q.get("batch", 1) == batch)
+    ]
+    return EvalSet(eval_set.lessons, queries)
+
+
 def store(eval_set: EvalSet) -> dict[str, int]:
     """Persist the set's lessons through the store; returns eval id → lesson pk."""
     ids: dict[str, int] = {}
@@ -60,14 +81,22 @@ def store(eval_set: EvalSet) -> dict[str, int]:
 
 def measure(eval_set: EvalSet, ids: dict[str, int], ranked: Callable[[str], list[int]]) -> Metrics:
     """``ranked(query)`` → lesson pks best first. Recall@k counts the share of a query's relevant lessons
-    in its top k, averaged over queries; MRR uses the first relevant lesson's rank."""
+    in its top k, averaged over queries; MRR uses the first relevant lesson's rank. Off-topic queries
+    (no relevant lesson) are left out: ``empty_answers`` measures those."""
     r1 = r5 = rr = 0.0
-    for query in eval_set.queries:
+    queries = [q for q in eval_set.queries if q["relevant"]]
+    for query in queries:
         relevant = {ids[i] for i in query["relevant"]}
         got = ranked(query["query"])
         r1 += len(relevant & set(got[:1])) / min(len(relevant), 1)
         r5 += len(relevant & set(got[:5])) / len(relevant)
         rank = next((n for n, pk in enumerate(got, start=1) if pk in relevant), None)
         rr += 1.0 / rank if rank else 0.0
-    n = len(eval_set.queries)
+    n = max(len(queries), 1)
     return Metrics(r1 / n, r5 / n, rr / n)
+
+
+def empty_answers(eval_set: EvalSet, ranked: Callable[[str], list[int]]) -> tuple[int, int]:
+    """(queries answered with no lesson, queries) over the set's off-topic queries."""
+    off_topic = [q for q in eval_set.queries if not q["relevant"]]
+    return sum(1 for q in off_topic if not ranked(q["query"])), len(off_topic)

@@ -4,11 +4,12 @@ from typing import Any
 
 from django import forms
 
+from lessons.language import clean_code
 from lessons.models import LessonStatus
 
 
 def split_tags(raw: str) -> list[str]:
-    """``"Go, edit-file, ,go"`` → ``["go", "edit-file", "go"]`` (chatcli's tag normalisation, spec §9.2)."""
+    """``"Go, edit-file, ,go"`` → ``["go", "edit-file", "go"]`` (chatcli's tag normalisation, docs/compat/chatcli.md#lesson-parser)."""
     return [piece.strip().lower() for piece in raw.split(",") if piece.strip()]
 
 
@@ -25,6 +26,16 @@ class SearchForm(forms.Form):
     since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     similar = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    sort = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("newest", "newest"),
+            ("most_useful", "most useful"),
+            ("least_useful", "least useful"),
+            ("most_served", "most served"),
+            ("flagged", "flagged for review first"),
+        ],
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -44,10 +55,22 @@ class LessonEditForm(forms.Form):
     tags = forms.CharField(required=False, max_length=2000, help_text="comma-separated")
     trigger = forms.CharField(required=False, max_length=50)
     confidence = forms.FloatField(min_value=0.0, max_value=1.0)
+    lang = forms.CharField(
+        required=False,
+        max_length=8,
+        label="Language",
+        help_text="en, pt or another ISO 639-1 code; empty = detect from the text. Picks the full-text stemming.",
+    )
     reason = forms.CharField(required=False, max_length=2000, help_text="why (kept in the history)")
 
     def clean_tags(self) -> list[str]:
         return split_tags(self.cleaned_data["tags"])
+
+    def clean_lang(self) -> str:
+        try:
+            return clean_code(self.cleaned_data["lang"])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
 
 class MergeForm(forms.Form):

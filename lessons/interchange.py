@@ -1,4 +1,4 @@
-"""Moving lessons in and out: chatcli's ``memory_index.json`` (spec §11.2) both ways, and a JSONL dump of
+"""Moving lessons in and out: chatcli's ``memory_index.json`` (docs/compat/chatcli.md#memory-index) both ways, and a JSONL dump of
 lessons with their full history.
 
 memory_index.json: lesson facts come in keeping their id, content, timestamps and access stats; other
@@ -19,15 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone as dj_timezone
 from django.utils.dateparse import parse_datetime
 
 from lessonboard import files
+from lessonboard.inputs import storable, storable_document
 from lessonboard.models import Workspace
 from lessons.content import one_line
+from lessons.language import clean_code
 from lessons.models import Lesson, LessonStatus, LessonVersion
 from lessons.rendering import lesson_json
 from lessons.store import ImportedFact, import_fact, schedule_embedding
 
+MAX_ACCESS_COUNT = 2**31 - 1  # the column is a PostgreSQL integer
 FACT_KEYS = (
     "id",
     "content",
@@ -139,25 +143,30 @@ def _fact_to_import(fact: dict[str, Any], where: str) -> ImportedFact:
         extra["_created_at"] = created_raw
         extra["_last_accessed"] = accessed_raw
         extra["_keys"] = list(fact.keys())
+        access_count = int(fact.get("access_count", 1))
+        if not 0 <= access_count <= MAX_ACCESS_COUNT:
+            raise InterchangeError(f"{where}: 'access_count' must be between 0 and {MAX_ACCESS_COUNT}")
+        # chatcli's text may hold NUL or lone surrogates, which PostgreSQL cannot store: they become U+FFFD
+        # (docs/api.md#input-policy). Only such a fact exports differently from how it came in.
         return ImportedFact(
             fact_id=fact_id,
-            content=content,
-            situation=situation,
-            mistake=mistake,
-            correction=correction,
-            trigger=trigger,
-            tags=tags,
+            content=storable(content),
+            situation=storable(situation),
+            mistake=storable(mistake),
+            correction=storable(correction),
+            trigger=storable(trigger),
+            tags=[storable(t) for t in tags],
             created_at=parse_time(created_raw),
             last_accessed=parse_time(accessed_raw),
-            access_count=int(fact.get("access_count", 1)),
+            access_count=access_count,
             score=float(fact.get("score", 0.0)),
             confidence=float(fact.get("confidence", 0.0)),
-            provenance=str(fact.get("provenance", "")),
-            extra=extra,
+            provenance=storable(str(fact.get("provenance", ""))),
+            extra=storable_document(extra),
         )
     except KeyError as exc:
         raise InterchangeError(f"{where}: missing key {exc.args[0]!r}") from exc
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise InterchangeError(f"{where}: {exc}") from exc
 
 
@@ -166,7 +175,7 @@ def read_memory_index(path: Path) -> list[dict[str, Any]]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise InterchangeError(f"{path}: no such file") from exc
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InterchangeError(f"{path}: not valid JSON: {exc}") from exc
     if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
         raise InterchangeError(f"{path}: expected a JSON array of fact objects")
@@ -249,7 +258,59 @@ def export_memory_index(path: Path, lessons: Iterable[Lesson] | None = None) -> 
     facts.extend(board.values())
     facts.sort(key=lambda fact: -float(fact.get("score", 0) or 0))
     write_atomic(path, json.dumps(facts, indent=2, ensure_ascii=False))
+    export_tombstones(path.with_name(TOMBSTONES_NAME), active_ids={lesson.fact_id for lesson in ours})
     return len(ours)
+
+
+TOMBSTONES_NAME = "memory_tombstones.json"
+TOMBSTONE_RETENTION = timedelta(days=30)  # chatcli prunes its tombstones after 30 days
+
+
+def export_tombstones(path: Path, *, active_ids: set[str], now: datetime | None = None) -> int:
+    """chatcli's tombstones sidecar (``memory_tombstones.json``: fact id → RFC3339Nano time of removal),
+    so that a running chatcli, which merges the file with what it holds in memory before each write,
+    does not bring back lessons archived or superseded here (docs/compat/chatcli.md#memory-index).
+
+    Every board lesson that left the active set in the last 30 days is tombstoned at the time it changed;
+    the file's other tombstones are kept while they are younger than 30 days. Returns the number written."""
+    now = now or dj_timezone.now()
+    horizon = now - TOMBSTONE_RETENTION
+    stones: dict[str, str] = {}
+    if path.exists():
+        try:
+            existing = json.loads(path.read_text(encoding="utf-8") or "{}")
+        except ValueError as exc:
+            raise InterchangeError(f"{path}: not a JSON object of tombstones ({exc})") from exc
+        if not isinstance(existing, dict):
+            raise InterchangeError(f"{path}: not a JSON object of tombstones")
+        for fact_id, when in existing.items():
+            try:
+                if isinstance(when, str) and parse_time(when) >= horizon:
+                    stones[str(fact_id)] = when
+            except ValueError:
+                continue
+    gone = (
+        Lesson.objects.exclude(status=LessonStatus.ACTIVE)
+        .filter(updated_at__gte=horizon)
+        .exclude(fact_id__in=active_ids)
+        .values_list("fact_id", "updated_at")
+    )
+    for fact_id, changed in gone:
+        stones[fact_id] = format_time(changed)
+    # An edit changes a lesson's content and so its fact id: the old id is gone from the board too.
+    for snapshot, changed in LessonVersion.objects.filter(created_at__gte=horizon).values_list(
+        "snapshot", "created_at"
+    ):
+        old = snapshot.get("fact_id") if isinstance(snapshot, dict) else None
+        if old and old not in active_ids and old not in stones:
+            stones[old] = format_time(changed)
+    current = set(Lesson.objects.filter(status=LessonStatus.ACTIVE).values_list("fact_id", flat=True))
+    for fact_id in current & set(stones):
+        stones.pop(fact_id)  # an active lesson still says this: not removed
+    for fact_id in active_ids:
+        stones.pop(fact_id, None)  # back in use: no longer removed
+    write_atomic(path, json.dumps(dict(sorted(stones.items())), indent=2, ensure_ascii=False))
+    return len(stones)
 
 
 # --- JSONL with history ------------------------------------------------------------------------------
@@ -306,6 +367,15 @@ def _when(value: Any, where: str) -> datetime:
     return parsed
 
 
+def _lang(value: Any, where: str) -> str:
+    if value is None:
+        return ""
+    try:
+        return clean_code(str(value))
+    except ValueError as exc:
+        raise InterchangeError(f"{where}: 'lang': {exc}") from exc
+
+
 def import_jsonl(path: Path, *, actor: str = "import") -> ImportReport:
     """Recreate lessons with their history. A lesson already here (same fact id and creation time) is
     left as it is, so importing the same file twice changes nothing."""
@@ -346,6 +416,7 @@ def import_jsonl(path: Path, *, actor: str = "import") -> ImportReport:
                     created_at=created_at,
                     updated_at=_when(data.get("updated_at", data["created_at"]), where),
                     chatcli_extra=data.get("chatcli_extra") or {},
+                    lang=_lang(data.get("lang"), where),  # "" = detected on save
                 )
                 for version in row.get("versions", []):
                     LessonVersion.objects.create(
@@ -368,3 +439,37 @@ def import_jsonl(path: Path, *, actor: str = "import") -> ImportReport:
             created.append(lesson.pk)
         schedule_embedding(created)
     return report
+
+
+# --- LESSONS.md ---------------------------------------------------------------------------------------
+LESSONS_MD_HEADER = "# Lessons learned\n\nAuto-generated from agent reflexion. Newest entries appended at the end.\n"
+
+
+def lessons_md(lessons: Iterable[Lesson]) -> str:
+    """chatcli's ``LESSONS.md`` (docs/compat/chatcli.md#lessons-md) for these lessons, oldest first: the
+    title and note, then per lesson a blank line, ``## <created, RFC 3339 seconds> — trigger: <t>`` and the
+    bullets that are not empty. chatcli appends an entry only for a generated lesson that was new."""
+    out = [LESSONS_MD_HEADER]
+    for lesson in lessons:
+        created = lesson.created_at.astimezone().replace(microsecond=0).isoformat()
+        out.append(f"\n## {created.replace('+00:00', 'Z')} \u2014 trigger: {lesson.trigger or 'manual'}\n")
+        for label, value in (
+            ("Situation", lesson.situation),
+            ("Mistake", lesson.mistake),
+            ("Correction", lesson.correction),
+            ("Tags", ", ".join(t for t in lesson.tags if t != "reflexion" and not t.startswith("trigger:"))),
+        ):
+            if value:
+                out.append(f"- **{label}:** {value}\n")
+    return "".join(out)
+
+
+def generated_lessons() -> Any:
+    """The lessons chatcli would have mirrored into LESSONS.md: made by a lesson job (not by hand)."""
+    return Lesson.objects.filter(source_job_id__isnull=False).order_by("created_at", "id")
+
+
+def export_lessons_md(path: Path, lessons: Iterable[Lesson] | None = None) -> int:
+    rows = list(lessons if lessons is not None else generated_lessons())
+    write_atomic(path, lessons_md(rows))
+    return len(rows)

@@ -10,6 +10,7 @@ from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Left
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
 
@@ -30,6 +31,27 @@ class LessonQuerySet(models.QuerySet["Lesson"]):
         """Lessons without a vector from ``model_id`` (never embedded, edited since, or another model's)."""
         return self.filter(Q(embedding__isnull=True) | ~Q(embedding_model=model_id))
 
+    def for_list(self) -> LessonQuerySet:
+        """What a list shows: the situation and the correction cut in SQL (``situation_preview``,
+        ``correction_preview``); no content, vector, search vector or extra fields."""
+        return self.defer(
+            "situation", "mistake", "correction", "content", "search_vector", "embedding", "chatcli_extra"
+        ).annotate(
+            situation_preview=Left("situation", LIST_PREVIEW_CHARS),
+            correction_preview=Left("correction", LIST_PREVIEW_CHARS),
+        )
+
+
+LIST_PREVIEW_CHARS = 600
+
+
+def _weighted_vector(config: str) -> Any:
+    return (
+        SearchVector("situation", weight="A", config=config)
+        + SearchVector("correction", weight="B", config=config)
+        + SearchVector("mistake", "trigger", weight="C", config=config)
+    )
+
 
 class Lesson(models.Model):
     situation = models.TextField()
@@ -37,7 +59,7 @@ class Lesson(models.Model):
     correction = models.TextField()
     tags = ArrayField(models.CharField(max_length=200), default=list, blank=True)
     trigger = models.CharField(max_length=50, blank=True)
-    # chatcli's four-line fact content (spec §9.3) and its 24-hex id (§11.2).
+    # chatcli's four-line fact content (docs/compat/chatcli.md#fact-content) and its 24-hex id (docs/compat/chatcli.md#memory-index).
     content = models.TextField()
     fact_id = models.CharField(max_length=24, db_index=True)
     category = models.CharField(max_length=50, default="lesson")
@@ -54,11 +76,17 @@ class Lesson(models.Model):
     superseded_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
-    # Full-text branch of retrieval: kept by PostgreSQL itself (a stored generated column).
+    # The lesson's language ("en", "pt", another ISO 639-1 code, or "" when unknown): given by the
+    # API/import/pages or detected (lessons.language.detect). It picks the full-text configuration.
+    lang = models.CharField(max_length=8, blank=True, default="")
+    # Full-text branch of retrieval: kept by PostgreSQL itself (a stored generated column), stemmed
+    # with the configuration of the lesson's language (docs/lessons.md#language).
     search_vector = models.GeneratedField(
-        expression=SearchVector("situation", weight="A", config="english")
-        + SearchVector("correction", weight="B", config="english")
-        + SearchVector("mistake", "trigger", weight="C", config="english"),
+        expression=models.Case(
+            models.When(lang="en", then=_weighted_vector("english")),
+            models.When(lang="pt", then=_weighted_vector("portuguese")),
+            default=_weighted_vector("simple"),
+        ),
         output_field=SearchVectorField(),
         db_persist=True,
     )
@@ -96,6 +124,19 @@ class Lesson(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.situation[:60]}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # A lesson saved without a language gets the detected one (its full-text configuration follows).
+        if not self.lang:
+            self.lang = self.detected_lang()
+            if kwargs.get("update_fields") is not None and self.lang:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "lang"}
+        super().save(*args, **kwargs)
+
+    def detected_lang(self) -> str:
+        from lessons.language import detect
+
+        return detect(f"{self.situation}\n{self.mistake}\n{self.correction}")
 
     def embedding_text(self) -> str:
         """What gets embedded: the lesson's words without chatcli's line labels, tags last."""
@@ -156,4 +197,5 @@ class LessonVersion(models.Model):
 
 
 from lessons.reflect.models import *  # noqa: E402, F403
-from lessons.review.models import *  # noqa: E402, F403  (issue 6: gated memory writes)
+from lessons.review.models import *  # noqa: E402, F403  (gated memory writes)
+from lessons.usage.models import *  # noqa: E402, F403  (the learning loop)

@@ -21,6 +21,7 @@ def lesson_json(lesson: Lesson) -> dict[str, Any]:
         "correction": lesson.correction,
         "tags": list(lesson.tags),
         "trigger": lesson.trigger,
+        "lang": lesson.lang,
         "confidence": lesson.confidence,
         "provenance": lesson.provenance,
         "access_count": lesson.access_count,
@@ -36,7 +37,7 @@ def lesson_json(lesson: Lesson) -> dict[str, Any]:
 
 
 def memory_block(lessons: Iterable[Lesson]) -> str:
-    """chatcli's retrieval rendering (spec §11.3): a header, then ``- [lesson] <content>`` per fact
+    """chatcli's retrieval rendering (docs/compat/chatcli.md#dedupe): a header, then ``- [lesson] <content>`` per fact
     (the content keeps its newlines). No lessons → an empty string (nothing to inject)."""
     lines = [f"- [{lesson.category}] {lesson.content}" for lesson in lessons]
     if not lines:

@@ -5,26 +5,39 @@
 found it. Each hit carries its per-branch rank and raw score, so a page can say why it was found.
 With ``hyde`` the LLM first writes a hypothetical lesson for the task and the vector branch embeds
 that instead of the bare query (the explanation records it).
+
+The floor: when no lesson is closer to the task than the closest of a few dozen everyday, off-topic
+sentences (``lessons/data/background.txt``, embedded by the same model) by at least
+``LESSONS_FLOOR_MARGIN``, nothing applies and the answer is empty with a ``reason``
+(docs/lessons.md#floor). A task is cut to ``LESSONS_QUERY_MAX_CHARS`` before anything else, and
+query embeddings are kept in a small LRU cache.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import itertools
 import logging
 import re
+import threading
 import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection, transaction
 from django.db.models import F
 from pgvector.django import CosineDistance
 
-from lessonboard import llm
-from lessons import embeddings
+from lessonboard import files, llm
+from lessons import embeddings, language
 from lessons.content import STOP_WORDS
 from lessons.metrics import RETRIEVAL_SECONDS
 from lessons.models import Lesson, LessonStatus
@@ -93,6 +106,8 @@ class Hit:
 class SearchResult:
     hits: list[Hit]
     explanation: dict[str, Any]
+    # Why ``hits`` is empty ("" when it is not): the floor, or nothing matched the filters.
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,7 +147,9 @@ def _tsquery_terms(terms: list[str]) -> list[str]:
 # PostgreSQL rank a large part of the table. Once the table is big, words the planner statistics
 # (pg_stats.most_common_elems, kept by ANALYZE) find in more than LESSONS_TEXT_COMMON_SHARE of lessons
 # are left out of the query — they carry almost no ranking information anyway (BM25 would give them
-# ~0 weight) — keeping at least the rarest word. Below LESSONS_TEXT_PRUNE_FROM_ROWS lessons, nothing is.
+# ~0 weight) — keeping at least the rarest word when full text is all there is (no embedder); next to
+# the vector branch a task of common words only skips full text (finding a frequent word's rows alone
+# cost 100+ ms at 100k). Below LESSONS_TEXT_PRUNE_FROM_ROWS lessons, nothing is left out.
 _STATS_TTL = 300.0
 _stats_cache: dict[str, Any] = {"at": -_STATS_TTL, "freqs": {}, "rows": 0.0}
 
@@ -161,48 +178,168 @@ def _term_frequencies() -> tuple[dict[str, float], float]:
     return _stats_cache["freqs"], _stats_cache["rows"]
 
 
-def _lexemes(words: list[str]) -> list[str]:
+def query_configs(query: str) -> list[str]:
+    """The text-search configurations a task is stemmed with: its detected language's (both English
+    and Portuguese when unclear), plus ``simple`` for lessons in other languages."""
+    lang = language.detect(query)
+    configs = [language.ts_config(lang)] if lang else [language.ts_config(code) for code in language.LANGUAGES]
+    return [*configs, "simple"]
+
+
+def _lexemes(words: list[str], configs: list[str] | None = None) -> list[str]:
+    configs = configs or ["english"]
+    text = " ".join(words)
+    parts = " || ".join("to_tsvector(%s::regconfig, %s)" for _ in configs)
+    params: list[str] = []
+    for config in configs:
+        params += [config, text]
     with connection.cursor() as cursor:
-        cursor.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", [" ".join(words)])
+        cursor.execute(f"SELECT tsvector_to_array({parts})", params)
         row = cursor.fetchone()
     return sorted(row[0] or []) if row else []
 
 
-def text_terms(query: str) -> tuple[list[str], list[str]]:
+def text_terms(query: str, *, keep_rarest: bool = True) -> tuple[list[str], list[str]]:
     """(lexemes searched, common lexemes left out) for the full-text branch."""
-    lexemes = _lexemes(_tsquery_terms(query_terms(query)))
+    lexemes = _lexemes(_tsquery_terms(query_terms(query)), query_configs(query))
     freqs, rows = _term_frequencies()
     if rows < settings.LESSONS_TEXT_PRUNE_FROM_ROWS or not freqs:
         return lexemes, []
     kept = [lex for lex in lexemes if freqs.get(lex, 0.0) <= settings.LESSONS_TEXT_COMMON_SHARE]
-    if not kept and lexemes:
+    if not kept and lexemes and keep_rarest:
         kept = [min(lexemes, key=lambda lex: freqs.get(lex, 0.0))]
     return kept, [lex for lex in lexemes if lex not in kept]
 
 
-def text_branch(query: str, base: Any, depth: int) -> list[tuple[int, float]]:
-    lexemes, _ = text_terms(query)
+def text_branch(query: str, base: Any, depth: int, lexemes: list[str] | None = None) -> list[tuple[int, float]]:
+    """Lessons matching any of the task's lexemes, by cover density. At most ``LESSONS_TEXT_CANDIDATES``
+    matching rows are ranked (the GIN index finds them; ranking is what costs), which bounds the branch
+    at any table size; the common-word pruning above keeps the matching set small in the first place."""
+    if lexemes is None:
+        lexemes, _ = text_terms(query)
     if not lexemes:
         return []
     # The lexemes are already stemmed: 'simple' keeps them as they are; quoting keeps to_tsquery's syntax out.
     raw = " | ".join("'" + lex.replace("'", "''") + "'" for lex in lexemes)
     tsquery = SearchQuery(raw, search_type="raw", config="simple")
-    rows = (
+    # One pass: the bounded candidate scan ranks each row it reads, and PostgreSQL keeps the top ``depth``.
+    # order_by(): with the model's default order (newest first) PostgreSQL found and sorted every matching
+    # row before taking the bound (90 ms for a word in 60% of 100k lessons); unordered, the scan stops at
+    # it. Ranking inside the scan saves joining the candidates back to the table (a second heap visit).
+    candidates = (
         base.filter(search_vector=tsquery)
+        .order_by()
         .annotate(rank=SearchRank(F("search_vector"), tsquery, cover_density=True, normalization=1))
-        .order_by("-rank", "-id")
-        .values_list("id", "rank")[:depth]
+        .values_list("id", "rank")[: settings.LESSONS_TEXT_CANDIDATES]
     )
+    sql, params = candidates.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT c.id, c.rank FROM ({sql}) AS c ORDER BY c.rank DESC, c.id DESC LIMIT %s",  # noqa: S608
+            [*params, depth],
+        )
+        rows = cursor.fetchall()
     return [(pk, float(score)) for pk, score in rows]
+
+
+class QueryVectors:
+    """An LRU cache of query embeddings by (model, text): agents repeat tasks, and the embedding is
+    the largest part of a retrieval's time (docs/lessons.md#latency)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, provider: embeddings.Provider, text: str) -> tuple[Any, bool]:
+        key = (provider.model_id, text)
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return self._items[key], True
+        vector = provider.embed_query(text)
+        with self._lock:
+            self.misses += 1
+            if self.size > 0:
+                self._items[key] = vector
+                while len(self._items) > self.size:
+                    self._items.popitem(last=False)
+        return vector, False
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.hits = self.misses = 0
+
+
+_query_vectors: QueryVectors | None = None
+_embedder_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embed")
+
+
+def query_vectors() -> QueryVectors:
+    global _query_vectors
+    if _query_vectors is None or _query_vectors.size != settings.LESSONS_QUERY_CACHE_SIZE:
+        _query_vectors = QueryVectors(settings.LESSONS_QUERY_CACHE_SIZE)
+    return _query_vectors
+
+
+# --- the floor ------------------------------------------------------------------------------------------
+BACKGROUND = Path(__file__).resolve().parent / "data" / "background.txt"
+_background: dict[str, Any] = {}
+_background_lock = threading.Lock()
+
+
+def background_sentences() -> list[str]:
+    lines = BACKGROUND.read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def background_vectors(provider: embeddings.Provider) -> Any:
+    """The background sentences embedded by ``provider``: once per model and process, and kept in the
+    data dir's cache (keyed by model and sentences) so a new worker process does not pay the seconds
+    embedding ~100 sentences takes on its first retrieve."""
+    with _background_lock:
+        if provider.model_id not in _background:
+            sentences = background_sentences()
+            key = hashlib.sha256("\n".join([provider.model_id, *sentences]).encode()).hexdigest()[:16]
+            path = settings.DATA_DIR / "retrieval" / f"background-{key}.npy"
+            try:
+                vectors = np.load(path, allow_pickle=False)
+            except (OSError, ValueError):
+                vectors = np.asarray(provider.embed_documents(sentences), dtype=np.float32)
+                buffer = io.BytesIO()
+                np.save(buffer, vectors, allow_pickle=False)
+                try:
+                    files.write_atomic(path, buffer.getvalue(), mode=0o644)
+                except OSError:
+                    log.warning("retrieval: cannot cache the floor's background vectors at %s", path)
+            _background[provider.model_id] = vectors
+        return _background[provider.model_id]
+
+
+def floor_check(vector: Any, best: float, provider: embeddings.Provider) -> dict[str, Any]:
+    """How the best lesson's similarity compares with the closest off-topic sentence's."""
+    background = float(np.max(background_vectors(provider) @ np.asarray(vector, dtype=np.float32)))
+    margin = settings.LESSONS_FLOOR_MARGIN
+    return {
+        "best_similarity": round(best, 4),
+        "background_similarity": round(background, 4),
+        "margin": margin,
+        "passed": best - background >= margin,
+    }
 
 
 def vector_branch(vector: Any, base: Any, depth: int, model_id: str) -> list[tuple[int, float]]:
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL hnsw.ef_search = %s", [max(settings.LESSONS_HNSW_EF_SEARCH, depth)])
-            # With filters (workspace, tags…) keep walking the graph until enough rows pass them
-            # (pgvector ≥ 0.8); "relaxed" order is put right by the sort below.
-            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            # One round trip for both settings. With filters (workspace, tags…) keep walking the graph
+            # until enough rows pass them (pgvector ≥ 0.8); "relaxed" order is put right by the sort below.
+            cursor.execute(
+                "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                [str(max(settings.LESSONS_HNSW_EF_SEARCH, depth))],
+            )
         rows = (
             base.filter(embedding__isnull=False, embedding_model=model_id)
             .annotate(distance=CosineDistance("embedding", list(map(float, vector))))
@@ -267,11 +404,13 @@ def search(
     hyde: bool = False,
     weights: Weights | None = None,
     branches: tuple[str, ...] | None = None,
+    floor: bool = True,
 ) -> SearchResult:
     """The top ``k`` lessons for ``query`` by reciprocal-rank fusion of the ``branches`` (see the module).
-    ``branches=None`` runs every branch whose weight is above 0."""
+    ``branches=None`` runs every branch whose weight is above 0. ``floor=False`` (the pages: a person
+    browsing) still reports the floor's verdict in the explanation but keeps the hits."""
     with RETRIEVAL_SECONDS.time():
-        return _search(query, k=k, filters=filters, hyde=hyde, weights=weights, branches=branches)
+        return _search(query, k=k, filters=filters, hyde=hyde, weights=weights, branches=branches, floor=floor)
 
 
 def _search(
@@ -282,9 +421,12 @@ def _search(
     hyde: bool = False,
     weights: Weights | None = None,
     branches: tuple[str, ...] | None = None,
+    floor: bool = True,
 ) -> SearchResult:
     filters = filters or Filters()
     weights = weights or Weights.from_settings()
+    full_length = len(query)
+    query = query[: settings.LESSONS_QUERY_MAX_CHARS]
     if branches is None:
         branches = tuple(b for b in BRANCHES if weights.of(b) > 0)
     depth = max(settings.LESSONS_RRF_DEPTH, k)
@@ -299,15 +441,22 @@ def _search(
     }
     rankings: dict[str, list[tuple[int, float]]] = {}
     explanation["branches_run"] = list(branches)
+    if full_length > len(query):
+        explanation["truncated"] = {"from_chars": full_length, "to_chars": len(query)}
+    provider = embeddings.provider() if "vector" in branches else None
+    # The query embedding (the largest part of a retrieval) runs in a thread while the full-text
+    # branch queries PostgreSQL: both release the GIL (the model in C, the driver on the socket).
+    pending = None
+    if provider is not None and query.strip() and not hyde:
+        pending = _embedder_pool.submit(query_vectors().get, provider, query)
     if "text" in branches:
-        rankings["text"] = text_branch(query, base, depth)
-        searched, common = text_terms(query)
+        searched, common = text_terms(query, keep_rarest=provider is None)
+        rankings["text"] = text_branch(query, base, depth, lexemes=searched)
         explanation["text_terms"] = searched
         if common:
             explanation["common_terms_left_out"] = common
     if "tags" in branches:
         rankings["tags"] = tag_branch(query, base, depth)
-    provider = embeddings.provider() if "vector" in branches else None
     if provider is not None and query.strip():
         embedded_text = query
         if hyde:
@@ -317,24 +466,44 @@ def _search(
             except llm.LLMError as exc:
                 explanation["hyde"] = {"error": str(exc), "fallback": "query embedded as is"}
                 embedded_text = query
-        if explanation["hyde"] and "text" in explanation["hyde"]:
-            vector = provider.embed_documents([embedded_text])[0]
-        else:
-            vector = provider.embed_query(query)
-        explanation["embedded_text"] = embedded_text
-        rankings["vector"] = vector_branch(vector, base, depth, provider.model_id)
+        vector = None
+        try:
+            if explanation["hyde"] and "text" in explanation["hyde"]:
+                vector = provider.embed_documents([embedded_text])[0]
+            else:
+                vector, cached = pending.result() if pending is not None else query_vectors().get(provider, query)
+                explanation["query_vector_cached"] = cached
+        except llm.LLMError as exc:
+            # The embeddings endpoint is down (or the LLM breaker is open, docs/operations.md#llm-outage):
+            # the search answers from the text and tag branches instead of failing.
+            explanation["vector"] = f"off: {exc.message}"
+        if vector is not None:
+            explanation["embedded_text"] = embedded_text
+            rankings["vector"] = vector_branch(vector, base, depth, provider.model_id)
+            if rankings["vector"]:
+                explanation["floor"] = floor_check(vector, rankings["vector"][0][1], provider)
     elif "vector" in branches:
         explanation["vector"] = "off: no embedding provider (lexical retrieval only)"
+        explanation["floor"] = "off: the floor needs embeddings"
+    explanation["terms"] = query_terms(query)
+    verdict = explanation.get("floor")
+    if isinstance(verdict, dict) and not verdict["passed"]:
+        verdict["reason"] = (
+            "no lesson applies: the closest lesson (similarity {best_similarity}) is not closer to the task than "
+            "everyday off-topic text ({background_similarity}) by the margin {margin}".format(**verdict)
+        )
+        if floor:
+            return SearchResult([], explanation, verdict["reason"])
     fused = fuse(rankings, weights, settings.LESSONS_RRF_K)[:k]
     lessons = Lesson.objects.select_related("workspace").in_bulk([pk for pk, _, _ in fused])
     hits = [Hit(lessons[pk], score, detail) for pk, score, detail in fused if pk in lessons]
-    explanation["terms"] = query_terms(query)
-    return SearchResult(hits, explanation)
+    reason = "" if hits else "no lesson matches the task and the filters"
+    return SearchResult(hits, explanation, reason)
 
 
 def similar_to(lesson: Lesson, *, k: int = 5, filters: Filters | None = None) -> SearchResult:
     """ "Find similar": the lesson's own text as the query, the lesson itself left out."""
     text = f"{lesson.situation} {lesson.correction} {' '.join(lesson.tags)}"
-    result = search(text, k=k + 1, filters=filters)
+    result = search(text, k=k + 1, filters=filters, floor=False)
     result.hits = [hit for hit in result.hits if hit.lesson.pk != lesson.pk][:k]
     return result

@@ -2,7 +2,7 @@
 
 Callers: the queue (one DB transaction with the job's state), manual lessons, imports, approved proposals.
 The dedup rules of chatcli (exact duplicate / near duplicate → reinforce; same-subject overlap →
-supersede, spec §11.3) live here; every change writes a ``LessonVersion`` so any of it can be undone.
+supersede, docs/compat/chatcli.md#dedupe) live here; every change writes a ``LessonVersion`` so any of it can be undone.
 Lessons whose embedded text changed are queued for the ``embed`` worker after the transaction commits.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -56,7 +56,7 @@ class PersistResult:
 
 
 def chatcli_score(access_count: int, days_since_access: float, confidence: float) -> float:
-    """``(1 + ln(1 + access_count)) × 2^(−days/half_life) × (0.5 + confidence)`` (spec §11.2)."""
+    """``(1 + ln(1 + access_count)) × 2^(−days/half_life) × (0.5 + confidence)`` (docs/compat/chatcli.md#memory-index)."""
     return (1 + math.log(1 + access_count)) * 2 ** (-days_since_access / HALF_LIFE_DAYS) * (0.5 + confidence)
 
 
@@ -68,11 +68,14 @@ def record_version(
     reason: str = "",
     user: Any = None,
     source_job_id: str | None = None,
+    number: int | None = None,
 ) -> LessonVersion:
-    last = lesson.versions.order_by("-number").values_list("number", flat=True).first() or 0
+    """The lesson's next version; ``number``: when the caller knows it (1 for a lesson just created)."""
+    if number is None:
+        number = (lesson.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
     return LessonVersion.objects.create(
         lesson=lesson,
-        number=last + 1,
+        number=number,
         action=action,
         snapshot=lesson.snapshot(),
         actor=actor,
@@ -96,9 +99,33 @@ def schedule_embedding(lesson_ids: Iterable[int]) -> None:
         from lessons.tasks import embed_lessons
 
         try:
-            embed_lessons.delay(ids)
+            embed_lessons.delay(ids, timezone.now().isoformat())
         except Exception:  # the broker being down must not fail the caller's committed work
             log.warning("lessons: could not queue embedding for %s; the sweep will pick them up", ids, exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def schedule_new_embedding() -> None:
+    """A new lesson (no vector yet): after the commit, queue an ``embed_new`` task (starting
+    ``EMBED_NEW_DELAY`` later) unless one is queued and not started already — that one embeds this
+    lesson too (``lessons.vectors.embed_new``), so a burst of new lessons costs a few tasks and full
+    model batches instead of one task each. Meanwhile full text finds the lesson (retrieval's vector
+    branch skips lessons without a vector)."""
+    if settings.LESSONS_EMBEDDING_PROVIDER == "none":
+        return
+
+    def send() -> None:
+        from lessons import vectors
+        from lessons.tasks import embed_new
+
+        if not vectors.arm_embed_new():
+            return
+        try:
+            embed_new.apply_async(countdown=vectors.EMBED_NEW_DELAY)
+        except Exception:  # the broker being down must not fail the caller's committed work
+            vectors.disarm_embed_new()  # the next new lesson tries again; the sweep catches this one
+            log.warning("lessons: could not queue embedding of new lessons; the sweep will", exc_info=True)
 
     transaction.on_commit(send)
 
@@ -127,12 +154,13 @@ def _near_duplicate_candidates(tokens: list[str], workspace: Workspace | None) -
         Lesson.objects.active()
         .filter(category="lesson", workspace=workspace, search_vector=query)
         .annotate(match=SearchRank(F("search_vector"), query))
-        .order_by("-match", "-id")[:NEAR_DUPLICATE_CANDIDATES]
+        .order_by("-match", "-id")
+        # what the dedup rules read: never the vectors and texts of NEAR_DUPLICATE_CANDIDATES lessons
+        .only("id", "content", "confidence", "fact_id")[:NEAR_DUPLICATE_CANDIDATES]
     )
 
 
-@transaction.atomic
-def persist_lesson(
+def persist_in_transaction(
     *,
     situation: str,
     mistake: str,
@@ -148,8 +176,9 @@ def persist_lesson(
     user: Any = None,
     reason: str = "",
     dedupe: bool = True,
+    lang: str = "",
 ) -> PersistResult:
-    """Store a lesson, or reinforce/supersede the one it duplicates (chatcli's rules, spec §11.3):
+    """Store a lesson, or reinforce/supersede the one it duplicates (chatcli's rules, docs/compat/chatcli.md#dedupe):
 
     - same fact id (normalised content) → reinforce it;
     - significant-token Jaccard ≥ 0.85 with an active lesson → reinforce that one;
@@ -161,12 +190,13 @@ def persist_lesson(
     produced or reinforced, with action ``unchanged``. ``tags`` are stored as given (the caller builds
     chatcli's tag list, e.g. with ``lessons.content.lesson_tags``). Safe inside the caller's transaction.
     ``dedupe=False`` (imports that keep ids) skips the near-duplicate and supersede tests.
+    ``lang`` ("" = detect from the text) picks the lesson's full-text configuration.
+
+    This is ``persist_lesson`` without its own savepoint: for a caller whose transaction is rolled back
+    as a whole on any error (the queue's success transaction); everyone else calls ``persist_lesson``.
     """
     if source_job_id:
-        existing = Lesson.objects.filter(source_job_id=source_job_id).first()
-        if existing is None:
-            version = LessonVersion.objects.filter(source_job_id=source_job_id).select_related("lesson").first()
-            existing = version.lesson if version is not None else None
+        existing = _persisted_by(source_job_id)
         if existing is not None:
             LESSONS_PERSISTED.labels(action="unchanged").inc()
             return PersistResult(existing, "unchanged")
@@ -242,6 +272,7 @@ def persist_lesson(
         source_job_id=source_job_id or None,
         created_at=now,
         updated_at=now,
+        lang=lang,
     )
     if superseded is not None:
         record_version(
@@ -263,13 +294,33 @@ def persist_lesson(
             user=user,
             reason=f"superseded by #{lesson.pk} (Jaccard {similarity:.3f}, same subject)",
         )
-        schedule_embedding([lesson.pk])
+        schedule_new_embedding()
         LESSONS_PERSISTED.labels(action="superseded").inc()
         return PersistResult(lesson, "superseded", similarity=similarity, superseded=superseded)
-    record_version(lesson, VersionAction.CREATE, actor=actor, user=user, reason=reason)
-    schedule_embedding([lesson.pk])
+    record_version(lesson, VersionAction.CREATE, actor=actor, user=user, reason=reason, number=1)
+    schedule_new_embedding()
     LESSONS_PERSISTED.labels(action="created").inc()
     return PersistResult(lesson, "created")
+
+
+persist_lesson = transaction.atomic(persist_in_transaction)
+
+
+# The lesson a job's earlier run created, else the one it reinforced (its version names the job): one
+# statement, each branch on its own index, that reads ids only (on the queue's path it finds none).
+PERSISTED_BY_SQL = """
+SELECT id, 0 AS via FROM lessons_lesson WHERE source_job_id = %(job)s
+UNION ALL
+SELECT lesson_id, 1 FROM lessons_lessonversion WHERE source_job_id = %(job)s
+ORDER BY via LIMIT 1
+"""
+
+
+def _persisted_by(source_job_id: str) -> Lesson | None:
+    with connection.cursor() as cursor:
+        cursor.execute(PERSISTED_BY_SQL, {"job": source_job_id})
+        row = cursor.fetchone()
+    return Lesson.objects.get(pk=row[0]) if row else None
 
 
 def persist_manual(
@@ -281,7 +332,7 @@ def persist_manual(
     actor: str = "system",
     user: Any = None,
 ) -> PersistResult:
-    """chatcli's ``/reflect <text>`` (spec §12.3): situation = correction = the text, a localised
+    """chatcli's ``/reflect <text>`` (docs/compat/chatcli.md#reflect-free-text): situation = correction = the text, a localised
     mistake line, trigger ``manual``, tags ``reflexion, trigger:manual, user-supplied``."""
     return persist_lesson(
         situation=text,
@@ -309,7 +360,12 @@ def _apply_fields(lesson: Lesson, fields: dict[str, Any]) -> bool:
         lesson.tags = list(fields["tags"])
     lesson.content = fact_content(lesson.situation, lesson.mistake, lesson.correction, lesson.trigger)
     lesson.fact_id = fact_id(lesson.content)
-    return lesson.embedding_text() != before
+    changed = lesson.embedding_text() != before
+    if fields.get("lang") is not None:
+        lesson.lang = fields["lang"]  # "" = detect again on save
+    elif changed:
+        lesson.lang = ""  # new words without a named language: detected again on save
+    return changed
 
 
 @transaction.atomic
@@ -325,6 +381,7 @@ def edit_lesson(
     actor: str,
     user: Any = None,
     reason: str = "",
+    lang: str | None = None,
 ) -> Lesson:
     lesson = Lesson.objects.select_for_update().get(pk=lesson.pk)
     changed = _apply_fields(
@@ -336,6 +393,7 @@ def edit_lesson(
             "tags": tags,
             "trigger": trigger,
             "confidence": confidence,
+            "lang": lang,
         },
     )
     lesson.updated_at = timezone.now()
@@ -468,7 +526,7 @@ def import_fact(
     """Bring a lesson in from outside keeping its id (fact id), content and access stats.
 
     A lesson with the same fact id already here takes the higher access count, the later access and
-    the higher confidence (chatcli's merge of on-disk state, spec §11.2) — ``unchanged`` if nothing
+    the higher confidence (chatcli's merge of on-disk state, docs/compat/chatcli.md#memory-index) — ``unchanged`` if nothing
     moved. Near-duplicate and supersede tests do not run: an import keeps what the file says.
     """
     same = Lesson.objects.select_for_update().filter(fact_id=fact.fact_id).order_by("-id")

@@ -1,14 +1,17 @@
 from django.urls import URLPattern, URLResolver, path
 
 from lessons import api_views, views
+from lessons.usage import urls as usage_urls
 
 app_name = "lessons"
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("api/v1/lessons", api_views.create_lesson, name="api-create"),
     path("api/v1/lessons/retrieve", api_views.retrieve, name="api-retrieve"),
+    path("api/v1/outcomes", api_views.outcome, name="api-outcome"),
     path("lessons/", views.search_page, name="search"),
     path("lessons/new", views.create_page, name="create"),
+    *usage_urls.urlpatterns,
     path("lessons/merge", views.merge_page, name="merge"),
     path("lessons/<int:pk>/", views.detail_page, name="detail"),
     path("lessons/<int:pk>/edit", views.edit_page, name="edit"),

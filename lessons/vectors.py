@@ -3,25 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone
 
 from lessons import embeddings
+from lessons.lesson_vectors import embed_lessons
 from lessons.metrics import LESSONS_EMBEDDED
 from lessons.models import Lesson
 
 
-def embed_ids(lesson_ids: Iterable[int]) -> int:
-    """Embed these lessons now (batched); a lesson changed meanwhile is embedded from its current text."""
-    provider = embeddings.provider()
+def embed_ids(lesson_ids: Iterable[int], provider: embeddings.Provider | None = None) -> int:
+    """Embed these lessons now (batched); a lesson changed meanwhile is embedded from its current text.
+    ``provider`` defaults to the process-wide one (``reembed --threads`` brings its own)."""
+    provider = provider or embeddings.provider()
     if provider is None:
         return 0
     ids = list(lesson_ids)
     done = 0
     batch = settings.LESSONS_EMBEDDING_BATCH
     for start in range(0, len(ids), batch):
+        # ``embedded_at`` is when the text was read (not when the vector was stored), so a request made
+        # after an edit is known to be served by any vector with a later ``embedded_at``.
+        now = timezone.now()
         lessons = list(
             Lesson.objects.filter(pk__in=ids[start : start + batch]).only(
                 "id", "situation", "mistake", "correction", "tags"
@@ -29,19 +37,96 @@ def embed_ids(lesson_ids: Iterable[int]) -> int:
         )
         if not lessons:
             continue
-        vectors = provider.embed_documents([lesson.embedding_text() for lesson in lessons])
-        now = timezone.now()
-        for lesson, vector in zip(lessons, vectors, strict=True):
-            Lesson.objects.filter(pk=lesson.pk).update(
-                embedding=vector.tolist(), embedding_model=provider.model_id, embedded_at=now
-            )
+        vectors = embed_lessons(provider, lessons)
+        _store_vectors(
+            [(lesson.pk, vector) for lesson, vector in zip(lessons, vectors, strict=True)], provider.model_id, now
+        )
         done += len(lessons)
         LESSONS_EMBEDDED.labels(model=provider.model_id).inc(len(lessons))
     return done
 
 
+def embed_requested(lesson_ids: Iterable[int], requested_at: datetime | None = None) -> int:
+    """The ``embed`` task: embed these lessons, skipping those whose text was read for a vector after
+    ``requested_at`` (an earlier task's batch took them), and fill the batch up with lessons that have
+    no vector yet, so a burst of new lessons costs a few model calls instead of one each."""
+    model_id = embeddings.expected_model_id()
+    if model_id is None:
+        return 0
+    ids = list(dict.fromkeys(lesson_ids))
+    if requested_at is not None:
+        done = set(
+            Lesson.objects.filter(pk__in=ids, embedding_model=model_id, embedded_at__gte=requested_at).values_list(
+                "id", flat=True
+            )
+        )
+        ids = [i for i in ids if i not in done]
+    free = settings.LESSONS_EMBEDDING_BATCH - len(ids) % settings.LESSONS_EMBEDDING_BATCH
+    if ids and free < settings.LESSONS_EMBEDDING_BATCH:
+        ids += list(
+            Lesson.objects.filter(embedding__isnull=True)
+            .exclude(pk__in=ids)
+            .order_by("id")
+            .values_list("id", flat=True)[:free]
+        )
+    return embed_ids(ids) if ids else 0
+
+
+# New lessons get their vectors from one ``embed_new`` task for many: a lesson saved while such a task
+# is queued and not started sends no message of its own, since that task embeds every lesson still
+# without a vector when it starts (it clears this key first, so a lesson saved after that point queues
+# the next task). The key expires, so a lost message delays new vectors at most this long; the
+# ``embed_missing`` sweep is the backstop. Until its vector exists a lesson is found by full text only.
+EMBED_NEW_PENDING_KEY = "lessons:embed-new-pending"
+EMBED_NEW_PENDING_TTL = 60.0  # seconds
+# The task starts this long after the first new lesson of a burst asked for it, so a burst of lesson
+# jobs (a few per second per worker) shares one task and one model batch instead of a task each.
+EMBED_NEW_DELAY = 1.0  # seconds
+EMBED_NEW_MAX_BATCHES = 50  # one task's share; a larger backlog is left to the next task or the sweep
+
+
+def arm_embed_new() -> bool:
+    """``True`` when the caller should send an ``embed_new`` task: none is queued and not started."""
+    return bool(cache.add(EMBED_NEW_PENDING_KEY, True, timeout=EMBED_NEW_PENDING_TTL))
+
+
+def disarm_embed_new() -> None:
+    cache.delete(EMBED_NEW_PENDING_KEY)
+
+
+def embed_new() -> int:
+    """The ``embed_new`` task: embed the lessons without a vector at its start, in model-sized batches
+    (lessons saved later have queued the next task: this one does not chase them and hold a slot)."""
+    if embeddings.expected_model_id() is None:
+        return 0
+    disarm_embed_new()  # before reading: a lesson committed after this line sends a task of its own
+    limit = settings.LESSONS_EMBEDDING_BATCH * EMBED_NEW_MAX_BATCHES
+    ids = list(Lesson.objects.filter(embedding__isnull=True).order_by("id").values_list("id", flat=True)[:limit])
+    return embed_ids(ids)
+
+
+def _store_vectors(rows: list[tuple[int, Any]], model_id: str, now: Any) -> None:
+    """One UPDATE per batch, not one per lesson (reembed of a large table). ``::vector`` without a
+    dimension: the column's own (it may have been resized) is checked by PostgreSQL."""
+    table = connection.ops.quote_name(Lesson._meta.db_table)
+    values = ", ".join(["(%s::bigint, %s::vector)"] * len(rows))
+    params: list[Any] = [model_id, now]
+    for pk, vector in rows:
+        params += [pk, "[" + ",".join(map(repr, map(float, vector))) + "]"]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} AS l SET embedding = v.e, embedding_model = %s, embedded_at = %s "  # noqa: S608
+            f"FROM (VALUES {values}) AS v(id, e) WHERE l.id = v.id",
+            params,
+        )
+
+
 def embed_pending(
-    *, limit: int | None = None, everything: bool = False, progress: Callable[[int, int], None] | None = None
+    *,
+    limit: int | None = None,
+    everything: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    provider: embeddings.Provider | None = None,
 ) -> int:
     """Embed every lesson lacking a vector from the current model (or all of them with ``everything``)."""
     model_id = embeddings.expected_model_id()
@@ -57,7 +142,7 @@ def embed_pending(
     done = 0
     batch = settings.LESSONS_EMBEDDING_BATCH
     for start in range(0, total, batch):
-        done += embed_ids(ids[start : start + batch])
+        done += embed_ids(ids[start : start + batch], provider)
         if progress is not None:
             progress(done, total)
     return done

@@ -9,7 +9,11 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.db.models import F
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
@@ -21,9 +25,18 @@ from lessons import embeddings, retrieval
 from lessons.forms import LessonEditForm, ManualLessonForm, MergeForm, SearchForm, split_tags
 from lessons.models import Lesson, LessonStatus, LessonVersion
 from lessons.store import edit_lesson, merge_lessons, persist_manual, restore_version, set_status
+from lessons.usage.models import LessonUsage
 
 EDIT_PERM = "lessonboard.review_memory"
 PAGE_SIZE = 50
+# The list's orders (``?sort=``); usefulness is NULL until enough outcomes exist, and those sort last.
+SORTS: dict[str, tuple[Any, ...]] = {
+    "newest": ("-created_at", "-id"),
+    "most_useful": (F("usage__usefulness").desc(nulls_last=True), "-id"),
+    "least_useful": (F("usage__usefulness").asc(nulls_last=True), "-id"),
+    "most_served": (F("usage__served").desc(nulls_last=True), "-id"),
+    "flagged": (F("usage__flagged").desc(nulls_last=True), F("usage__usefulness").asc(nulls_last=True), "-id"),
+}
 
 
 def _actor(request: HttpRequest) -> str:
@@ -49,6 +62,7 @@ def search_page(request: HttpRequest) -> HttpResponse:
     form = SearchForm(request.GET)
     hits: list[retrieval.Hit] = []
     lessons: list[Lesson] = []
+    page = None
     explanation: dict[str, Any] = {}
     similar_to: Lesson | None = None
     if form.is_valid():
@@ -61,23 +75,30 @@ def search_page(request: HttpRequest) -> HttpResponse:
             result = retrieval.similar_to(similar_to, k=10, filters=filters)
             hits, explanation = result.hits, result.explanation
         elif query:
-            result = retrieval.search(query, k=20, filters=filters)
+            result = retrieval.search(query, k=20, filters=filters, floor=False)
             hits, explanation = result.hits, result.explanation
         else:
-            lessons = list(
-                filters.apply(Lesson.objects.select_related("workspace")).order_by("-created_at", "-id")[:PAGE_SIZE]
+            # A page at a time, with the total, in the chosen order (newest first by default).
+            listing = filters.apply(Lesson.objects.for_list().select_related("workspace", "usage")).order_by(
+                *SORTS[form.cleaned_data.get("sort") or "newest"]
             )
+            page = Paginator(listing, PAGE_SIZE).get_page(request.GET.get("page"))
+            lessons = list(page.object_list)
+    query = request.GET.copy()
+    query.pop("page", None)
     context = {
         "form": form,
         "hits": hits,
         "lessons": lessons,
+        "page": page,
+        "page_query": query.urlencode(),
         "explanation": explanation,
         "terms": explanation.get("terms", []),
         "similar_to": similar_to,
         "embedding_status": embeddings.describe(),
         "lexical_only": embeddings.expected_model_id() is None,
         "can_edit": request.user.has_perm(EDIT_PERM),
-        "manual_form": ManualLessonForm(),
+        "manual_form": ManualLessonForm(initial={"text": request.GET.get("new", "")[:20_000]}),
         "workspaces": Workspace.objects.order_by("slug").values_list("slug", flat=True)[:200],
     }
     template = "lessons/search.html#results" if request.htmx else "lessons/search.html"  # type: ignore[attr-defined]
@@ -93,16 +114,17 @@ def create_page(request: HttpRequest) -> HttpResponse:
         return redirect("lessons:search")
     slug = form.cleaned_data["workspace"]
     workspace = Workspace.objects.for_slug(slug) if slug else None
-    result = persist_manual(
-        form.cleaned_data["text"].strip(), workspace=workspace, actor=_actor(request), user=request.user
-    )
-    AuditEvent.record(
-        "lesson.create",
-        user=request.user,
-        object_type="lesson",
-        object_ids=[result.lesson.pk],
-        result={"action": result.action},
-    )
+    with transaction.atomic():  # the action and its audit event commit together
+        result = persist_manual(
+            form.cleaned_data["text"].strip(), workspace=workspace, actor=_actor(request), user=request.user
+        )
+        AuditEvent.record(
+            "lesson.create",
+            user=request.user,
+            object_type="lesson",
+            object_ids=[result.lesson.pk],
+            result={"action": result.action},
+        )
     messages.success(request, f"lesson persisted to long-term memory (category=lesson) — {result.action}")
     return redirect("lessons:detail", pk=result.lesson.pk)
 
@@ -159,6 +181,8 @@ def detail_page(request: HttpRequest, pk: int) -> HttpResponse:
         "superseding": Lesson.objects.filter(superseded_by=lesson).only("id", "situation", "status"),
         "can_edit": request.user.has_perm(EDIT_PERM),
         "embedding_status": embeddings.describe(),
+        "usage": LessonUsage.objects.filter(lesson=lesson).first(),
+        "min_samples": settings.LESSONS_USEFULNESS_MIN_SAMPLES,
     }
     return render(request, "lessons/detail.html", context)
 
@@ -171,21 +195,27 @@ def edit_page(request: HttpRequest, pk: int) -> HttpResponse:
         form = LessonEditForm(request.POST)
         if form.is_valid():
             data = form.cleaned_data
-            edit_lesson(
-                lesson,
-                situation=data["situation"],
-                mistake=data["mistake"],
-                correction=data["correction"],
-                tags=data["tags"],
-                trigger=data["trigger"],
-                confidence=data["confidence"],
-                actor=_actor(request),
-                user=request.user,
-                reason=data["reason"],
-            )
-            AuditEvent.record(
-                "lesson.edit", user=request.user, object_type="lesson", object_ids=[lesson.pk], reason=data["reason"]
-            )
+            with transaction.atomic():  # the action and its audit event commit together
+                edit_lesson(
+                    lesson,
+                    situation=data["situation"],
+                    mistake=data["mistake"],
+                    correction=data["correction"],
+                    tags=data["tags"],
+                    trigger=data["trigger"],
+                    confidence=data["confidence"],
+                    actor=_actor(request),
+                    user=request.user,
+                    reason=data["reason"],
+                    lang=data["lang"],
+                )
+                AuditEvent.record(
+                    "lesson.edit",
+                    user=request.user,
+                    object_type="lesson",
+                    object_ids=[lesson.pk],
+                    reason=data["reason"],
+                )
             messages.success(request, "Lesson saved as a new version.")
             return redirect("lessons:detail", pk=lesson.pk)
     else:
@@ -197,6 +227,7 @@ def edit_page(request: HttpRequest, pk: int) -> HttpResponse:
                 "tags": ", ".join(lesson.tags),
                 "trigger": lesson.trigger,
                 "confidence": lesson.confidence,
+                "lang": lesson.lang,
             }
         )
     return render(request, "lessons/edit.html", {"lesson": lesson, "form": form})
@@ -211,14 +242,15 @@ def change_status(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, "Unknown status.")
         return redirect("lessons:detail", pk=pk)
     reason = request.POST.get("reason", "")[:2000]
-    set_status(lesson, status, actor=_actor(request), user=request.user, reason=reason)
-    AuditEvent.record(
-        f"lesson.{'archive' if status == LessonStatus.ARCHIVED else 'unarchive'}",
-        user=request.user,
-        object_type="lesson",
-        object_ids=[pk],
-        reason=reason,
-    )
+    with transaction.atomic():  # the action and its audit event commit together
+        set_status(lesson, status, actor=_actor(request), user=request.user, reason=reason)
+        AuditEvent.record(
+            f"lesson.{'archive' if status == LessonStatus.ARCHIVED else 'unarchive'}",
+            user=request.user,
+            object_type="lesson",
+            object_ids=[pk],
+            reason=reason,
+        )
     messages.success(request, "Lesson archived." if status == LessonStatus.ARCHIVED else "Lesson is active again.")
     return redirect("lessons:detail", pk=pk)
 
@@ -228,10 +260,11 @@ def change_status(request: HttpRequest, pk: int) -> HttpResponse:
 def restore(request: HttpRequest, pk: int, number: int) -> HttpResponse:
     lesson = get_object_or_404(Lesson, pk=pk)
     get_object_or_404(LessonVersion, lesson=lesson, number=number)
-    restore_version(lesson, number, actor=_actor(request), user=request.user)
-    AuditEvent.record(
-        "lesson.restore", user=request.user, object_type="lesson", object_ids=[pk], result={"version": number}
-    )
+    with transaction.atomic():  # the action and its audit event commit together
+        restore_version(lesson, number, actor=_actor(request), user=request.user)
+        AuditEvent.record(
+            "lesson.restore", user=request.user, object_type="lesson", object_ids=[pk], result={"version": number}
+        )
     messages.success(request, f"Version {number} restored (as a new version).")
     return redirect("lessons:detail", pk=pk)
 
@@ -247,10 +280,13 @@ def merge_page(request: HttpRequest) -> HttpResponse:
         if keep is None or other is None:
             form.add_error(None, "both lessons must exist")
         elif request.method == "POST":
-            merged = merge_lessons(
-                keep, other, actor=_actor(request), user=request.user, reason=form.cleaned_data["reason"]
-            )
-            AuditEvent.record("lesson.merge", user=request.user, object_type="lesson", object_ids=[keep.pk, other.pk])
+            with transaction.atomic():  # the action and its audit event commit together
+                merged = merge_lessons(
+                    keep, other, actor=_actor(request), user=request.user, reason=form.cleaned_data["reason"]
+                )
+                AuditEvent.record(
+                    "lesson.merge", user=request.user, object_type="lesson", object_ids=[keep.pk, other.pk]
+                )
             messages.success(request, f"Lesson #{other.pk} merged into #{merged.pk}.")
             return redirect("lessons:detail", pk=merged.pk)
     return render(request, "lessons/merge.html", {"form": form, "keep": keep, "other": other})

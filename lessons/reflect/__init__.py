@@ -2,5 +2,5 @@
 
 ``engine`` is pure (no git, no disk, no database); ``git`` runs git; ``repository`` checks where a
 workspace's work tree may live; ``docs`` is prepare/commit against a repository; ``gate`` holds the
-human approval of doc rewrites. Facts: ``../shared/spec/gated-learning.md`` part B.
+human approval of doc rewrites. Facts: ``docs/compat/aioson.md``.
 """

@@ -1,4 +1,4 @@
-"""``memory:reflect-commit`` (spec B.8): validate the agent's rewrite, then write it, stage it for a
+"""``memory:reflect-commit`` (docs/compat/aioson.md#commit-checks): validate the agent's rewrite, then write it, stage it for a
 reviewer (the workspace's human gate), or only report what it would write (dry run)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from lessons.reflect.models import (
     ReflectManifestStatus,
     jsonb_safe,
 )
-from lessons.reflect.repository import workspace_repository
+from lessons.reflect.repository import RepositoryError, workspace_repository
 
 MISSING_MANIFEST = (
     f"manifest not found at {MANIFEST_PATH} — it may have been consumed by a previous successful "
@@ -50,8 +50,8 @@ def commit_reflection(
         found, manifest = bootstrap.load_manifest(repo)
         if not found:
             return {"ok": False, "error": "missing_manifest", "message": MISSING_MANIFEST}
-        folder = bootstrap.bootstrap_folder(repo, workspace.reflect_bootstrap_dir)
-        checked = validate(manifest=manifest, files=files, current_snapshot=bootstrap.read_snapshot(folder))
+        snapshot = bootstrap.read_snapshot(repo, workspace.reflect_bootstrap_dir)
+        checked = validate(manifest=manifest, files=files, current_snapshot=snapshot)
         if not checked.ok:
             snapshot_hash = manifest.get("snapshot_hash") if isinstance(manifest, dict) else None
             ReflectEvent.record(
@@ -92,7 +92,7 @@ def commit_reflection(
 
 
 def path_escape(workspace: Workspace, repo: Path, files: dict[str, Any], *, agent: str) -> dict[str, Any] | None:
-    """The second wall (B.8 step 5): every path must resolve under the bootstrap folder."""
+    """The second wall (docs/compat/aioson.md#commit-checks step 5): every path must resolve under the bootstrap folder."""
     for rel in files:
         ok, resolved = bootstrap.contained_target(repo, workspace.reflect_bootstrap_dir, rel)
         if not ok:
@@ -133,11 +133,13 @@ def write_docs(workspace: Workspace, repo: Path, files: dict[str, str]) -> list[
     """
     written: list[str] = []
     for rel, content in files.items():
+        # The path wall ran before; the confined write checks again at the moment of writing.
         _, target = bootstrap.contained_target(repo, workspace.reflect_bootstrap_dir, rel)
         try:
-            bootstrap.write_atomic(target, strip_injection_chars(content))
-        except OSError as exc:
-            raise WriteFailed(f"could not write {rel}: {exc.strerror or exc}", written) from exc
+            bootstrap.write_atomic(repo, target, strip_injection_chars(content))
+        except (OSError, RepositoryError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            raise WriteFailed(f"could not write {rel}: {reason}", written) from exc
         written.append(rel)
     bootstrap.remove_manifest(repo)
     ReflectManifest.objects.filter(workspace=workspace).pending().update(

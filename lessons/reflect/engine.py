@@ -1,7 +1,7 @@
 """AIOSON's reflect engine (``src/memory-reflect-engine.js``), pure: no git, no disk, no model call.
 
-Every regex, reason string, threshold and error message here is AIOSON's exactly (spec part B); where
-AIOSON's docs and code disagree, this follows the code (spec B.13).
+Every regex, reason string, threshold and error message here is AIOSON's exactly (docs/compat/aioson.md); where
+AIOSON's docs and code disagree, this follows the code (docs/compat/aioson.md#code-over-docs).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ DEFAULT_GIT_RANGE = "HEAD~3..HEAD"
 VOLUME_FILES_THRESHOLD = 10
 VOLUME_LINES_THRESHOLD = 200
 
-# Signal key → (regex, kind). Case-sensitive, tested against every changed path as git prints it (B.2).
+# Signal key → (regex, kind). Case-sensitive, tested against every changed path as git prints it (docs/compat/aioson.md#signals).
 LIST_SIGNALS: dict[str, re.Pattern[str]] = {
     "routes": re.compile(r"(^|\/)(routes|controllers)\/"),
     "api": re.compile(r"(^|\/)(pages|app)\/api\/"),
@@ -235,7 +235,7 @@ def build_manifest(
     session_id: str | None = None,
     bootstrap_dir: str = BOOTSTRAP_DIR,
 ) -> dict[str, Any]:
-    """The manifest of spec B.5, every field, in AIOSON's key order."""
+    """The manifest of docs/compat/aioson.md#manifest, every field, in AIOSON's key order."""
     targets = select_targets(evaluation.signals)
     stamp = iso_timestamp(now)
     full_snapshot = {name: snapshot.get(name) or "" for name in BOOTSTRAP_FILES}
@@ -286,7 +286,7 @@ def _truthy(value: Any) -> bool:
 
 
 def validate(*, manifest: Any, files: Any, current_snapshot: Mapping[str, str] | None = None) -> Validation:
-    """The eleven checks of spec B.8 step 3, in order, with AIOSON's exact messages.
+    """The eleven checks of docs/compat/aioson.md#commit-checks step 3, in order, with AIOSON's exact messages.
 
     Checks 1–3 stop; the rest are collected. ``current_snapshot`` is the four files re-read from disk.
     """

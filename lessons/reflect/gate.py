@@ -59,10 +59,11 @@ def approve_doc_proposal(proposal: DocProposal, *, user: Any, reason: str = "") 
         found, on_disk = bootstrap.load_manifest(repo)
         if not found or not isinstance(on_disk, dict) or _identity(on_disk) != _identity(proposal.manifest):
             return _fail(proposal, workspace, user, DocProposalStatus.STALE, MANIFEST_CHANGED, [MANIFEST_CHANGED])
-        folder = bootstrap.bootstrap_folder(repo, workspace.reflect_bootstrap_dir)
-        checked = validate(
-            manifest=proposal.manifest, files=proposal.files, current_snapshot=bootstrap.read_snapshot(folder)
-        )
+        try:
+            snapshot = bootstrap.read_snapshot(repo, workspace.reflect_bootstrap_dir)
+        except RepositoryError as exc:
+            return _fail(proposal, workspace, user, DocProposalStatus.FAILED, str(exc), [str(exc)])
+        checked = validate(manifest=proposal.manifest, files=proposal.files, current_snapshot=snapshot)
         if not checked.ok:
             status = DocProposalStatus.STALE if MSG_SNAPSHOT_MISMATCH in checked.errors else DocProposalStatus.FAILED
             ReflectEvent.record(

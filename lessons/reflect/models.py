@@ -148,7 +148,7 @@ class DocProposalQuerySet(models.QuerySet["DocProposal"]):
 
     def counts_by_agent(self) -> list[dict[str, Any]]:
         """Per proposing agent, how many proposals ended in each status: noisy proposers show up here
-        (most rejected proposals are the ones nobody measures, Hermes issue #84124)."""
+        (most rejected proposals are the ones nobody measures, as users of NousResearch/hermes-agent report)."""
         rows: dict[str, dict[str, Any]] = {}
         for agent, status, n in self.values_list("agent", "status").annotate(n=models.Count("id")).order_by():
             row = rows.setdefault(agent, {"agent": agent, **dict.fromkeys(DocProposalStatus.values, 0)})

@@ -1,8 +1,9 @@
-"""``memory:reflect-prepare`` (spec B.7): evaluate the diff and, when relevant or forced, write the manifest."""
+"""``memory:reflect-prepare`` (docs/compat/aioson.md#prepare): evaluate the diff and, when relevant or forced, write the manifest."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from django.db import transaction
@@ -11,7 +12,7 @@ from django.utils import timezone
 from lessonboard.models import Workspace
 from lessons.reflect import bootstrap
 from lessons.reflect.engine import DEFAULT_GIT_RANGE, MANIFEST_PATH, build_manifest, evaluate
-from lessons.reflect.git import GitRunner
+from lessons.reflect.git import GitRunner, HostileRepository
 from lessons.reflect.models import (
     ReflectEvent,
     ReflectEventType,
@@ -39,20 +40,36 @@ def prepare_reflection(
     repo = workspace_repository(workspace)
     agent = (agent or "").strip() or "unknown"
     git_range = git_range or DEFAULT_GIT_RANGE
-    folder = bootstrap.bootstrap_folder(repo, workspace.reflect_bootstrap_dir)
+    try:
+        return _prepare(workspace, repo, agent=agent, git_range=git_range, force=force, session_id=session_id, now=now)
+    except RepositoryError as exc:
+        # A symlink leading out of the repository or a hostile git config: refused, and visible on the page.
+        ReflectEvent.record(workspace, ReflectEventType.FAILED, str(exc), {"reason": "refused"}, agent=agent)
+        raise
 
-    if not folder.is_dir():
+
+def _prepare(
+    workspace: Workspace,
+    repo: Path,
+    *,
+    agent: str,
+    git_range: str,
+    force: bool,
+    session_id: str,
+    now: datetime | None,
+) -> dict[str, Any]:
+    if not bootstrap.is_dir(repo, workspace.reflect_bootstrap_dir):
         message = f"bootstrap/ missing at {repo}/{workspace.reflect_bootstrap_dir} — run /discover to seed it."
         ReflectEvent.record(workspace, ReflectEventType.SKIPPED, message, {"reason": "missing_bootstrap"}, agent=agent)
         return {"ok": False, "skipped": True, "reason": "missing_bootstrap", "message": message}
 
     runner = GitRunner.for_repo(repo)
+    try:
+        changed, shortstat = runner.changed_files(git_range), runner.shortstat(git_range)
+    except HostileRepository as exc:
+        raise RepositoryError(str(exc)) from exc
     evaluation = evaluate(
-        changed_files=runner.changed_files(git_range),
-        shortstat=runner.shortstat(git_range),
-        bootstrap_present=True,
-        git_range=git_range,
-        agent=agent,
+        changed_files=changed, shortstat=shortstat, bootstrap_present=True, git_range=git_range, agent=agent
     )
     if not evaluation.relevant and not force:
         ReflectEvent.record(
@@ -66,7 +83,7 @@ def prepare_reflection(
 
     manifest = build_manifest(
         evaluation=evaluation,
-        snapshot=bootstrap.read_snapshot(folder),
+        snapshot=bootstrap.read_snapshot(repo, workspace.reflect_bootstrap_dir),
         now=now or timezone.now(),
         session_id=session_id or None,
         bootstrap_dir=workspace.reflect_bootstrap_dir,

@@ -15,7 +15,7 @@ from django.conf import settings
 
 from lessonboard.models import AuditEvent, Workspace
 from lessons.reflect.engine import BOOTSTRAP_DIR
-from lessons.reflect.git import GitRunner
+from lessons.reflect.git import GitRunner, HostileRepository
 
 
 class RepositoryError(Exception):
@@ -23,7 +23,15 @@ class RepositoryError(Exception):
 
 
 def allowed_roots() -> list[Path]:
-    return [Path(os.path.realpath(root)) for root in settings.WORKSPACE_ROOTS]
+    """The operator's roots, plus the demo's own folder in the data directory while the demo exists
+    (lessonboard/demo.py creates it and ``manage demo --remove`` deletes it)."""
+    from lessonboard import demo
+
+    roots = [Path(os.path.realpath(root)) for root in settings.WORKSPACE_ROOTS]
+    demo_root = demo.repository_root()
+    if demo_root.is_dir():
+        roots.append(Path(os.path.realpath(demo_root)))
+    return roots
 
 
 def is_within(path: Path, root: Path) -> bool:
@@ -45,8 +53,24 @@ def check_repository(raw: str) -> Path:
         raise RepositoryError(f"repository path {raw} is outside the allowed roots (LESSONBOARD_WORKSPACE_ROOTS)")
     if not resolved.is_dir():
         raise RepositoryError(f"repository path does not exist or is not a directory: {raw}")
-    if not GitRunner.for_repo(resolved).is_work_tree():
+    runner = GitRunner.for_repo(resolved)
+    if not runner.is_work_tree():
         raise RepositoryError(f"not a git work tree: {raw}")
+    try:
+        runner.refuse_hostile_config()
+    except HostileRepository as exc:
+        raise RepositoryError(str(exc)) from exc
+    # A directory inside a larger work tree would let git read (and list) files above the roots.
+    top = runner.top_level()
+    if not top or not any(is_within(Path(os.path.realpath(top)), root) for root in roots):
+        raise RepositoryError(f"the git work tree of {raw} starts outside the allowed roots: {top or '?'}")
+    git_dirs = runner.git_dirs()
+    if not git_dirs:
+        raise RepositoryError(f"not a git work tree: {raw}")
+    for git_dir in git_dirs:
+        # A `.git` file ("gitdir: …") may point anywhere; git would read that directory's config and objects.
+        if not any(is_within(Path(os.path.realpath(git_dir)), root) for root in roots):
+            raise RepositoryError(f"the git directory of {raw} lies outside the allowed roots: {git_dir}")
     return resolved
 
 

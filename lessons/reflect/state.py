@@ -56,12 +56,17 @@ def workspace_state(workspace: Workspace) -> WorkspaceState:
         state.repo_error = str(exc)
         state.proposals = [_view(p, {}, None) for p in pending]
         return state
-    folder = bootstrap.bootstrap_folder(state.repo, workspace.reflect_bootstrap_dir)
-    snapshot = bootstrap.read_snapshot(folder)
+    folder = workspace.reflect_bootstrap_dir
+    try:
+        snapshot = bootstrap.read_snapshot(state.repo, folder)
+    except RepositoryError as exc:
+        # Never show what a symlink leading out of the repository points at.
+        state.repo_error = str(exc)
+        state.proposals = [_view(p, {}, None) for p in pending]
+        return state
     for name in BOOTSTRAP_FILES:
-        state.files.append(
-            BootstrapFile(name, (folder / name).is_file(), snapshot[name], _generated_at(snapshot[name]))
-        )
+        exists = bootstrap.is_file(state.repo, f"{folder}/{name}")
+        state.files.append(BootstrapFile(name, exists, snapshot[name], _generated_at(snapshot[name])))
     found, manifest = bootstrap.load_manifest(state.repo)
     if found and isinstance(manifest, dict):
         state.manifest = manifest

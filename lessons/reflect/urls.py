@@ -12,4 +12,6 @@ urlpatterns = [
     path("workspaces/<str:slug>/proposals/<int:pk>/reject", views.reject_proposal, name="proposal-reject"),
     path("api/v1/workspaces/<str:slug>/reflect/prepare", api_views.prepare, name="api-prepare"),
     path("api/v1/workspaces/<str:slug>/reflect/commit", api_views.commit, name="api-commit"),
+    path("api/v1/workspaces/<str:slug>/reflect/manifest", api_views.pending_manifest, name="api-manifest"),
+    path("api/v1/reflect/prompts", api_views.prompts, name="api-prompts"),
 ]

@@ -19,19 +19,35 @@ from lessons.reflect.state import workspace_state
 EVENTS_SHOWN = 50
 
 
+WORKSPACES_PER_PAGE = 50
+
+
 @require_GET
 @view_required
 def workspace_list(request: HttpRequest) -> HttpResponse:
-    workspaces = Workspace.objects.annotate(
-        pending_proposals=Count(
-            "doc_proposals", filter=Q(doc_proposals__status=DocProposalStatus.PENDING), distinct=True
-        ),
-        pending_manifests=Count(
-            "reflect_manifests", filter=Q(reflect_manifests__status=ReflectManifestStatus.PENDING), distinct=True
-        ),
-        last_event=Max("reflect_events__created_at"),
+    # Slug order, a page at a time (?after=<slug>): agents can create many workspaces, and the counts
+    # below are computed for the page's rows only.
+    after = request.GET.get("after", "")
+    page = Workspace.objects.order_by("slug")
+    if after:
+        page = page.filter(slug__gt=after)
+    slugs = list(page.values_list("slug", flat=True)[: WORKSPACES_PER_PAGE + 1])
+    next_after = slugs[WORKSPACES_PER_PAGE - 1] if len(slugs) > WORKSPACES_PER_PAGE else None
+    workspaces = (
+        Workspace.objects.filter(slug__in=slugs[:WORKSPACES_PER_PAGE])
+        .order_by("slug")
+        .annotate(
+            pending_proposals=Count(
+                "doc_proposals", filter=Q(doc_proposals__status=DocProposalStatus.PENDING), distinct=True
+            ),
+            pending_manifests=Count(
+                "reflect_manifests", filter=Q(reflect_manifests__status=ReflectManifestStatus.PENDING), distinct=True
+            ),
+            last_event=Max("reflect_events__created_at"),
+        )
     )
-    return render(request, "reflect/workspaces.html", {"workspaces": workspaces})
+    context = {"workspaces": workspaces, "next_after": next_after, "after": after}
+    return render(request, "reflect/workspaces.html", context)
 
 
 def _page_context(request: HttpRequest, workspace: Workspace) -> dict[str, object]:

@@ -3,7 +3,10 @@ for the admin's autodiscovery to see it, since ``lessons.review`` is not an app 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from lessons.review.models import MemoryDocument, MemoryVersion, Proposal, ReviewRun
 
@@ -24,6 +27,9 @@ class MemoryDocumentAdmin(admin.ModelAdmin):
     readonly_fields = ["workspace", "target", "entries", "version", "updated_at"]
     inlines = [MemoryVersionInline]
 
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # written by the system; an Add form here could only crash or forge history
+
 
 @admin.register(ReviewRun)
 class ReviewRunAdmin(admin.ModelAdmin):
@@ -43,6 +49,9 @@ class ReviewRunAdmin(admin.ModelAdmin):
         "created_at",
     ]
 
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # written by the system; an Add form here could only crash or forge history
+
 
 @admin.register(Proposal)
 class ProposalAdmin(admin.ModelAdmin):
@@ -51,3 +60,6 @@ class ProposalAdmin(admin.ModelAdmin):
     search_fields = ["content", "old_text", "rationale", "reason", "message", "agent"]
     raw_id_fields = ["run", "workspace", "memory_version", "lesson_ref", "decided_by", "reserved_by"]
     readonly_fields = ["original", "auto_approve", "gate_reason", "message"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # written by the system; an Add form here could only crash or forge history

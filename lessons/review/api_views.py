@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.http import HttpRequest, JsonResponse
+from pydantic import Field
 
-from lessonboard.api import ApiError, api_view, json_body, require_str
-from lessonboard.models import SLUG_RE, TokenScope, Workspace
+from lessonboard import breaker
+from lessonboard.api import ApiError, Described, api_view, check_workspace, json_body, workspace_for
+from lessonboard.models import TokenScope, Workspace
+from lessonboard.schemas import (
+    AgentName,
+    QueryModel,
+    RequestModel,
+    ResponseModel,
+    WorkspaceSlug,
+    validated,
+)
 from lessons.review import memory
 from lessons.review.models import Proposal, ProposalStatus
 from lessons.review.staging import run_review
@@ -17,16 +26,48 @@ from lessons.review.staging import run_review
 BUCKETS = ("applied", "rejected", "failed", "pending")
 
 
-def _workspace_slug(value: str) -> str:
-    from django.core.validators import RegexValidator
+class ReviewBody(RequestModel):
+    summary: Annotated[str, Field(max_length=settings.REVIEW_SUMMARY_MAX)] | None = None
+    workspace: WorkspaceSlug
+    agent: AgentName | None = None
 
-    try:
-        RegexValidator(SLUG_RE)(value)
-    except ValidationError as exc:
-        raise ApiError(
-            "'workspace' must be a slug: lower-case letters, digits, '.', '_' or '-'", field="workspace"
-        ) from exc
-    return value
+
+class MemoryQuery(QueryModel):
+    workspace: WorkspaceSlug
+
+
+class ProposalOutcome(ResponseModel):
+    id: int
+    proposal: dict[str, Any]
+    reason: str
+    gate: str
+
+
+class ReviewOut(ResponseModel):
+    run: int
+    workspace: str
+    applied: list[ProposalOutcome]
+    rejected: list[ProposalOutcome]
+    failed: list[ProposalOutcome]
+    pending: list[ProposalOutcome]
+    error: str | None = Field(None, description="502: the model or the gate failed; what was applied before stays")
+    stage: str | None = None
+
+
+class MemorySnapshot(ResponseModel):
+    workspace: str
+    target: str
+    snapshot: str
+    entries: list[str]
+    entry_count: int
+    used_chars: int
+    char_limit: int
+    usage: str
+
+
+def _workspace_slug(value: str) -> str:
+    """``value`` if it is a workspace slug, else ``ApiError`` naming ``workspace`` (the MCP tools too)."""
+    return validated(MemoryQuery, {"workspace": value}).workspace
 
 
 def outcome_payload(proposals: list[Proposal]) -> dict[str, list[dict[str, Any]]]:
@@ -44,14 +85,26 @@ def outcome_payload(proposals: list[Proposal]) -> dict[str, list[dict[str, Any]]
     return buckets
 
 
-@api_view(TokenScope.FULL, methods=("POST",))
+@api_view(
+    TokenScope.FULL,
+    methods=("POST",),
+    describe=Described(
+        "Run the review pass on a summary: gated memory writes",
+        body=(ReviewBody,),
+        responses={200: ReviewOut, 502: ReviewOut},
+    ),
+)
 def reviews(request: HttpRequest) -> JsonResponse:
     """``POST /api/v1/reviews`` ``{summary, workspace, agent}`` → the four buckets with their reasons."""
-    data = json_body(request, max_bytes=settings.REVIEW_SUMMARY_MAX * 4 + 4096)
-    summary = require_str(data, "summary", required=False, max_length=settings.REVIEW_SUMMARY_MAX)
-    slug = _workspace_slug(require_str(data, "workspace", max_length=100))
-    agent = require_str(data, "agent", required=False, max_length=200)
-    workspace = Workspace.objects.for_slug(slug)
+    asked = validated(ReviewBody, json_body(request, max_bytes=settings.REVIEW_SUMMARY_MAX * 4 + 4096))
+    summary, slug, agent = asked.summary or "", asked.workspace, asked.agent or ""
+    workspace = workspace_for(request.agent_token, slug)  # type: ignore[attr-defined]
+    outage = breaker.outage()
+    if outage is not None:
+        # The LLM is down for everyone (docs/operations.md#llm-outage): nothing was tried, try again later.
+        response = JsonResponse({"error": outage.text, "workspace": slug}, status=503)
+        response["Retry-After"] = str(max(int(settings.LLM_BREAKER_PROBE_INTERVAL), 1))
+        return response
     result = run_review(workspace, summary, agent=agent, token=request.agent_token)  # type: ignore[attr-defined]
     rows = list(result.run.proposals.order_by("position"))
     body: dict[str, Any] = {"run": result.run.pk, "workspace": slug, **outcome_payload(rows)}
@@ -62,15 +115,22 @@ def reviews(request: HttpRequest) -> JsonResponse:
     return JsonResponse(body)
 
 
-@api_view(TokenScope.FULL, methods=("GET",))
+@api_view(
+    TokenScope.FULL,
+    methods=("GET",),
+    describe=Described(
+        "A memory target's rendered snapshot (memory or user)",
+        query=MemoryQuery,
+        responses={200: MemorySnapshot},
+        path={"target": {"type": "string", "enum": list(memory.TARGETS)}},
+    ),
+)
 def memory_snapshot(request: HttpRequest, target: str) -> JsonResponse:
     """``GET /api/v1/memory/<target>?workspace=`` → hermes' rendered block for the agent's prompt."""
     if target not in memory.TARGETS:
         raise ApiError(f"Invalid target '{target}'. Use 'memory' or 'user'.", status=404, field="target")
-    slug = request.GET.get("workspace", "")
-    if not slug:
-        raise ApiError("'workspace' is required", field="workspace")
-    _workspace_slug(slug)
+    slug = validated(MemoryQuery, request.GET.dict()).workspace
+    check_workspace(request.agent_token, slug)  # type: ignore[attr-defined]
     workspace = Workspace.objects.filter(slug=slug).first()
     entries = memory.entries_of(workspace, target) if workspace else []
     limit = memory.limit_for(target)

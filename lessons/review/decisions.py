@@ -117,6 +117,61 @@ def approve(pk: int, user: Any, *, edits: dict[str, str] | None = None) -> Propo
     return row
 
 
+# Removes, then replaces, then adds: a consolidation (add the merged entry, remove the ones it replaces)
+# fits the budget when the old entries go first.
+BATCH_ORDER = {"remove": 0, "replace": 1, "add": 2}
+
+
+@transaction.atomic
+def approve_together(pks: list[int], user: Any) -> list[Proposal]:
+    """Approve memory proposals of one workspace and target as one all-or-nothing batch (hermes'
+    ``{action: 'batch', operations}``): every write is replayed into the store in one transaction, removes
+    first; if the store refuses any of them, nothing is applied and nothing is decided (``DecisionError``
+    naming the proposal and the store's reason). For an ``add`` together with the ``remove`` that
+    consolidates it."""
+    if len(set(pks)) < 2:
+        raise DecisionError("Select at least two proposals to approve together.", status=400)
+    rows = [_claim(pk, user) for pk in sorted(set(pks))]  # locked, in id order (no deadlock between two batches)
+    kinds = {(row.workspace_id, row.target) for row in rows}
+    if len(kinds) != 1 or rows[0].target == "lesson":
+        raise DecisionError(
+            "Proposals approved together must change the same memory target of the same workspace.", status=400
+        )
+    store = WorkspaceStore(
+        rows[0].workspace,
+        agent=rows[0].agent,
+        actor=f"user:{user.get_username()}",
+        user=user,
+        reason="review batch " + ", ".join(str(row.pk) for row in rows),
+    )
+    ordered = sorted(rows, key=lambda row: (BATCH_ORDER.get(row.op, 3), row.pk))
+    outcomes = []
+    # One transaction (this function's): raising below rolls back every write before it, and the claims.
+    for row in ordered:
+        outcome = store.apply(as_proposal(row))
+        if not outcome.ok:
+            raise DecisionError(
+                f"Nothing was applied: proposal {row.pk} ({row.op}) was refused by the store — {outcome.message}"
+            )
+        outcomes.append((row, outcome))
+    for row, outcome in outcomes:
+        row.status = ProposalStatus.APPLIED
+        row.message = outcome.message
+        if isinstance(outcome.ref, MemoryVersion):
+            row.memory_version = outcome.ref
+        _finish(row, user, Decision.APPROVED)
+        row.save()
+        DECISIONS.labels(row.target, row.decision, row.status).inc()
+    AuditEvent.record(
+        "review.approve_batch",
+        user=user,
+        object_type="proposal",
+        object_ids=[row.pk for row in ordered],
+        result={"status": "applied", "order": [f"{row.pk}:{row.op}" for row in ordered]},
+    )
+    return ordered
+
+
 @transaction.atomic
 def reject(pk: int, user: Any, *, reason: str) -> Proposal:
     reason = (reason or "").strip()
@@ -176,12 +231,21 @@ def _revert_lesson(row: Proposal, user: Any) -> None:
     )
 
 
+def may_undo(row: Proposal, user: Any) -> bool:
+    """Undo belongs to the decider (a second look at one's own call) or an admin, never a peer."""
+    return bool(user.is_superuser) or (row.decided_by_id is not None and row.decided_by_id == user.pk)
+
+
 @transaction.atomic
 def undo(pk: int, user: Any) -> Proposal:
     """Put a decided proposal back in the queue, reverting its write, within ``REVIEW_UNDO_GRACE``."""
     row = _claim(pk, user, state="any")
     if not row.can_undo():
         raise DecisionError(f"Proposal {pk} can no longer be undone.")
+    if not may_undo(row, user):
+        raise DecisionError(
+            f"Only {row.decided_by or 'the reviewer who decided it'} or an admin may undo proposal {pk}.", status=403
+        )
     if row.status == ProposalStatus.APPLIED:
         if row.target == "lesson":
             _revert_lesson(row, user)
@@ -207,3 +271,19 @@ def undo(pk: int, user: Any) -> Proposal:
     row.save()
     AuditEvent.record("review.undo", user=user, object_type="proposal", object_ids=[pk], result=previous)
     return row
+
+
+@transaction.atomic
+def release(pk: int, user: Any, *, held_until: str = "") -> bool:
+    """Give back this user's hold on a pending proposal (the page was left). ``held_until`` is the hold
+    the page was rendered with: a release arriving after the same user re-opened the proposal (a reload
+    makes a new hold) leaves the newer hold alone. True when a hold was released."""
+    proposal = Proposal.objects.select_for_update().filter(pk=pk, status=ProposalStatus.PENDING).first()
+    if proposal is None or proposal.reserved_by_id != getattr(user, "pk", None) or proposal.reserved_until is None:
+        return False
+    if held_until and proposal.reserved_until.isoformat() != held_until:
+        return False
+    proposal.reserved_by = None
+    proposal.reserved_until = None
+    proposal.save(update_fields=["reserved_by", "reserved_until"])
+    return True

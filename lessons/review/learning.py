@@ -1,4 +1,4 @@
-"""The review pass, hermes' ``reviewAndLearn``: propose → gate → apply (spec A.1/A.3).
+"""The review pass, hermes' ``reviewAndLearn``: propose → gate → apply (docs/compat/hermes.md#review-pass).
 
 A plain function over three injected collaborators; nothing here touches the database itself:
 

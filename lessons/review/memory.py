@@ -1,7 +1,7 @@
 """hermes' bounded memory store, per workspace: ``memory`` (the agent's notes) and ``user`` (the user
 profile), each a list of entries joined by ``"\\n§\\n"`` with a character budget that counts the delimiters.
 
-The rules follow NousResearch/hermes-agent ``tools/memory_tool.py`` (spec A.5/A.6): entries are trimmed;
+The rules follow NousResearch/hermes-agent ``tools/memory_tool.py`` (docs/compat/hermes.md#memory-store): entries are trimmed;
 an exact duplicate add succeeds without writing; replace/remove find their entry by a unique substring
 (several identical matches → the first); a write that would go over budget is refused and nothing is ever
 truncated on the write path. The messages are hermes' own strings, because agents are prompted with them.

@@ -11,6 +11,8 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.fields.json import KT
+from django.db.models.functions import Left
 from django.utils import timezone
 
 from lessonboard.models import AgentToken, Workspace
@@ -116,9 +118,26 @@ class Decision(models.TextChoices):
     REJECTED = "rejected", "rejected"
 
 
+LIST_PREVIEW_CHARS = 200
+
+
 class ProposalQuerySet(models.QuerySet["Proposal"]):
     def pending(self) -> ProposalQuerySet:
         return self.filter(status=ProposalStatus.PENDING).order_by("created_at", "id")
+
+    def for_list(self) -> ProposalQuerySet:
+        """What the review lists show: the texts cut in SQL (``*_preview``), never the whole proposal."""
+        cut = LIST_PREVIEW_CHARS
+        return self.defer(
+            "content", "old_text", "lesson", "rationale", "original", "gate_reason", "reason", "message"
+        ).annotate(
+            content_preview=Left("content", cut),
+            old_text_preview=Left("old_text", cut),
+            situation_preview=Left(KT("lesson__situation"), cut),
+            reason_preview=Left("reason", cut),
+            message_preview=Left("message", cut),
+            gate_reason_preview=Left("gate_reason", cut),
+        )
 
     def decided_by_people(self) -> ProposalQuerySet:
         return self.filter(decision__in=[Decision.APPROVED, Decision.EDITED, Decision.REJECTED])

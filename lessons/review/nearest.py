@@ -78,7 +78,8 @@ def candidate_lessons(workspace: Workspace, text: str, *, limit: int) -> list[Le
     from lessons.retrieval import Filters, search
 
     try:
-        result = search(text, k=limit, filters=Filters(workspace=workspace.slug))
+        # No retrieval floor: a reviewer compares with the nearest lessons whatever their distance.
+        result = search(text, k=limit, filters=Filters(workspace=workspace.slug), floor=False)
         return [hit.lesson for hit in result.hits]
     except EmbeddingError:
         logger.warning("nearest: retrieval unavailable, falling back to recent lessons", exc_info=True)

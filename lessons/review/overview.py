@@ -18,6 +18,7 @@ def counts() -> list[overview.Count]:
             "Proposals that failed in the store",
             lambda: Proposal.objects.filter(status=ProposalStatus.FAILED).count(),
             "reviews:decisions",
+            "status=failed",
         ),
     ]
 

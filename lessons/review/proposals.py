@@ -2,7 +2,7 @@
 
 Only the *shape* is checked here. Whether a write can happen (empty content, no match, over budget) is
 the store's call, so such a proposal still reaches the gate and, if approved, lands in ``failed`` with the
-store's message (spec A.3).
+store's message (docs/compat/hermes.md#outcome-buckets).
 """
 
 from __future__ import annotations

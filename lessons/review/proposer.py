@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lessonboard import llm
+from lessonboard import inputs, llm
 from lessonboard.models import Workspace
 from lessons.review import memory
 from lessons.review.learning import Proposed
@@ -27,7 +27,7 @@ class ProposerError(Exception):
     def __init__(self, message: str, *, raw_output: str = "", model: str = "") -> None:
         super().__init__(message)
         self.message = message
-        self.raw_output = raw_output
+        self.raw_output = inputs.storable(raw_output)
         self.model = model
 
 
@@ -51,8 +51,12 @@ def parse_reply(text: str) -> list[Any]:
         body = fenced.group(1)
     try:
         data = json.loads(body)
-    except ValueError as exc:
+        inputs.check_document(data, keep_text=True)
+    except inputs.BadInput as exc:
+        raise ProposerError(f"proposer reply is not usable JSON: {exc.message}", raw_output=text) from exc
+    except (ValueError, RecursionError) as exc:
         raise ProposerError(f"proposer reply is not JSON: {exc}", raw_output=text) from exc
+    data = inputs.storable_document(data)  # model text is stored: NUL and lone surrogates become U+FFFD
     if isinstance(data, dict):
         data = data.get("proposals")
     if not isinstance(data, list):
@@ -77,6 +81,8 @@ def llm_proposer(
         except ProposerError as exc:
             exc.model = result.model
             raise
-        return Proposed(items=items, raw_output=result.text, model=result.model, prompt_version=version)
+        return Proposed(
+            items=items, raw_output=inputs.storable(result.text), model=result.model, prompt_version=version
+        )
 
     return propose

@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
 from lessonboard.models import AgentToken, AuditEvent, Workspace
 from lessons.review.gates import GateFn, configured_gate
-from lessons.review.learning import Item, LearnOutcome, Proposer, ReviewPassError, review_and_learn
+from lessons.review.learning import Item, LearnOutcome, Proposed, Proposer, ReviewPassError, review_and_learn
 from lessons.review.metrics import PASS_FAILURES, PROPOSALS
 from lessons.review.models import Decision, MemoryVersion, Proposal, ReviewRun, RunStatus
 from lessons.review.proposer import PROMPT_VERSION, ProposerError, llm_proposer
@@ -114,3 +116,49 @@ def run_review(
         result={name: len(outcome.bucket(name)) for name in ("applied", "rejected", "failed", "pending")},  # type: ignore[arg-type]
     )
     return RunResult(run, outcome)
+
+
+def stage_lesson(
+    workspace: Workspace,
+    *,
+    situation: str,
+    mistake: str,
+    correction: str,
+    tags: list[str],
+    trigger: str,
+    origin: str,
+    summary: str,
+    agent: str = "",
+    user: Any = None,
+) -> Proposal | None:
+    """Stage one lesson a person drew from somewhere (a refine pass, a dead job, an error group) as a
+    pending proposal in the approval queue: target ``lesson``, op ``add``, always through the human gate,
+    so a reviewer approves, edits or rejects it there and approval writes through
+    ``lessons.store.persist_lesson``. ``None`` when the pass could not stage it (see the run's error)."""
+    import json
+
+    from lessons.review.gates import human_gate
+
+    who = user.get_username() if user is not None else "system"
+    item = {
+        "target": "lesson",
+        "op": "add",
+        "lesson": {
+            "situation": situation,
+            "mistake": mistake,
+            "correction": correction,
+            "trigger": trigger,
+            "tags": tags,
+        },
+        "rationale": f"promoted from {origin} by {who}",
+        "score": 1.0,
+    }
+    result = run_review(
+        workspace,
+        summary,
+        agent=agent,
+        proposer=lambda _summary: Proposed(items=[item], raw_output=json.dumps(item), model=origin.split(" ")[0]),
+        gate=human_gate(settings.REVIEW_THRESHOLD),
+        user=user,
+    )
+    return result.run.proposals.first()

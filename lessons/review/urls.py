@@ -12,6 +12,7 @@ urlpatterns = [
     path("reviews/<int:pk>/approve", views.approve, name="approve"),
     path("reviews/<int:pk>/reject", views.reject, name="reject"),
     path("reviews/<int:pk>/undo", views.undo, name="undo"),
+    path("reviews/<int:pk>/release", views.release, name="release"),
     path("api/v1/reviews", api_views.reviews, name="api-reviews"),
     path("api/v1/memory/<str:target>", api_views.memory_snapshot, name="api-memory"),
 ]

@@ -1,6 +1,7 @@
 """The approval queue (pending proposals, oldest first), one proposal's page, decisions, and history.
 
-Every view checks ``lessonboard.review_memory`` itself: a viewer or operator posting a decision gets 403.
+Reading is not an action: every role sees the queue, a proposal and the decisions. Every action checks
+``lessonboard.review_memory`` itself: a viewer or operator posting a decision gets 403.
 """
 
 from __future__ import annotations
@@ -18,15 +19,17 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from lessonboard.permissions import require_perm
+from lessonboard.models import AuditEvent
+from lessonboard.permissions import require_perm, view_required
 from lessons.content import fact_content
 from lessons.reflect.models import DocProposal
 from lessons.review import decisions, memory
-from lessons.review.models import Decision, MemoryTargetName, Proposal, ProposalStatus
+from lessons.review.models import Decision, Proposal, ProposalStatus
 from lessons.review.nearest import Neighbour, nearest
+from lessons.review.wording import TARGET_LABELS, decided_text, for_people
+from refine.diff import SideBySide, side_by_side
 
 review_required = require_perm("lessonboard.review_memory")
-TARGET_LABELS = {**dict(MemoryTargetName.choices), "lesson": "Lesson store"}
 
 
 @dataclass
@@ -44,6 +47,7 @@ class Preview:
     already_known: bool = False
     text: str = ""
     neighbours: list[Neighbour] = field(default_factory=list)
+    word_diff: SideBySide | None = None  # a replace: the entry before and after, word by word
 
 
 def preview(row: Proposal) -> Preview:
@@ -66,6 +70,8 @@ def preview(row: Proposal) -> Preview:
     result.ok, result.store_message = plan.ok, plan.message
     if plan.index is not None and row.op in ("replace", "remove"):
         result.resolved_entry = plan.before[plan.index]
+        if row.op == "replace":
+            result.word_diff = side_by_side(result.resolved_entry, row.content)
     if plan.message.startswith(("Memory at", "Replacement would put")):
         result.over_budget = True
         result.warnings.append("Over budget: approving would end as failed. Remove or shorten entries first.")
@@ -74,7 +80,7 @@ def preview(row: Proposal) -> Preview:
     elif plan.message.startswith("Multiple entries matched"):
         result.warnings.append(f"Ambiguous: {len(plan.matches)} different entries match '{row.old_text.strip()}'.")
     elif not plan.ok:
-        result.warnings.append(plan.message)
+        result.warnings.append(for_people(plan.message))
     result.already_known = plan.ok and not plan.changed and row.op == "add"
     result.text = row.content or result.resolved_entry or row.old_text
     result.neighbours = nearest(row.workspace, result.text)
@@ -82,7 +88,7 @@ def preview(row: Proposal) -> Preview:
 
 
 def _pending_filtered(request: HttpRequest) -> Any:
-    rows = Proposal.objects.pending().select_related("workspace", "reserved_by")
+    rows = Proposal.objects.pending().for_list().select_related("workspace", "reserved_by")
     if request.GET.get("target"):
         rows = rows.filter(target=request.GET["target"])
     if request.GET.get("workspace"):
@@ -100,8 +106,12 @@ def _undo_context(request: HttpRequest) -> dict[str, Any]:
     }
 
 
+def can_review(request: HttpRequest) -> bool:
+    return bool(request.user.has_perm("lessonboard.review_memory"))
+
+
 @require_GET
-@review_required
+@view_required
 def queue_page(request: HttpRequest) -> HttpResponse:
     page = Paginator(_pending_filtered(request), 50).get_page(request.GET.get("page"))
     context = {
@@ -114,6 +124,8 @@ def queue_page(request: HttpRequest) -> HttpResponse:
         "doc_proposals": DocProposal.objects.pending().select_related("workspace").order_by("created_at", "id")[:50],
         "filters": {"target": request.GET.get("target", ""), "workspace": request.GET.get("workspace", "")},
         "now": timezone.now(),
+        "can_review": can_review(request),
+        "oob_count": bool(request.htmx),  # type: ignore[attr-defined]
         **_undo_context(request),
     }
     template = "reviews/queue.html#queue-list" if request.htmx else "reviews/queue.html"  # type: ignore[attr-defined]
@@ -130,12 +142,12 @@ def _neighbours_in_queue(row: Proposal) -> tuple[int | None, int | None]:
 
 
 @require_GET
-@review_required
+@view_required
 def proposal_page(request: HttpRequest, pk: int) -> HttpResponse:
-    """Opening a pending proposal holds it for this reviewer for ``REVIEW_HOLD`` seconds."""
+    """Opening a pending proposal holds it for a reviewer for ``REVIEW_HOLD`` seconds; others only look."""
     row = get_object_or_404(Proposal.objects.select_related("workspace", "run", "decided_by", "reserved_by"), pk=pk)
     taken = False
-    if row.status == ProposalStatus.PENDING:
+    if row.status == ProposalStatus.PENDING and can_review(request):
         try:
             row = decisions.reserve(pk, request.user)
         except decisions.DecisionError:
@@ -150,6 +162,9 @@ def proposal_page(request: HttpRequest, pk: int) -> HttpResponse:
         "above_threshold": row.score >= settings.REVIEW_THRESHOLD,
         "prev_pk": prev_pk,
         "next_pk": next_pk,
+        "can_review": can_review(request),
+        "store_message": for_people(row.message),
+        "held_until": row.reserved_until.isoformat() if row.reserved_until and not taken else "",
         **_undo_context(request),
     }
     return render(request, "reviews/proposal.html", context)
@@ -163,13 +178,10 @@ def _after_decision(request: HttpRequest, row: Proposal) -> HttpResponse:
 
 
 def _decided_message(request: HttpRequest, row: Proposal) -> None:
-    text = f"#{row.pk} {row.get_decision_display()}: {row.status}"
-    if row.message:
-        text += f" — {row.message}"
     if row.status == ProposalStatus.FAILED:
-        messages.error(request, text)
+        messages.error(request, decided_text(row))
     else:
-        messages.success(request, text)
+        messages.success(request, decided_text(row))
     request.session["review_undo"] = row.pk
 
 
@@ -204,10 +216,23 @@ def reject(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @review_required
+def release(request: HttpRequest, pk: int) -> HttpResponse:
+    """The proposal page was left (its script sends this on ``pagehide``): give the hold back so paging
+    through the queue does not hold every proposal passed."""
+    released = decisions.release(pk, request.user, held_until=request.POST.get("held_until", ""))
+    return HttpResponse(status=204 if released else 200)
+
+
+@require_POST
+@review_required
 def undo(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         decisions.undo(pk, request.user)
     except decisions.DecisionError as exc:
+        if exc.status == 403:  # recorded outside the refused transaction, so it stays
+            AuditEvent.record(
+                "review.undo_refused", user=request.user, object_type="proposal", object_ids=[pk], reason=exc.message
+            )
         messages.error(request, exc.message)
         return redirect("reviews:decisions")
     messages.success(request, f"#{pk} is back in the queue.")
@@ -217,11 +242,19 @@ def undo(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @review_required
 def bulk_decide(request: HttpRequest) -> HttpResponse:
-    ids = [int(v) for v in request.POST.getlist("ids") if v.isdigit()]
+    ids = [int(v) for v in request.POST.getlist("ids") if v.isascii() and v.isdigit()]  # "²".isdigit() too
     action = request.POST.get("action")
-    if not ids or action not in ("approve", "reject"):
+    if not ids or action not in ("approve", "reject", "approve_together"):
         messages.error(request, "Select proposals and an action.")
         return redirect("reviews:queue")
+    if action == "approve_together":
+        try:
+            rows = decisions.approve_together(ids, request.user)
+        except decisions.DecisionError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Applied together: {', '.join(f'#{row.pk} {row.op}' for row in rows)}.")
+        return redirect(reverse("reviews:queue"))
     done: dict[str, int] = {}
     errors: list[str] = []
     for pk in ids:
@@ -273,10 +306,13 @@ def rejections_by_source() -> list[dict[str, Any]]:
 
 
 @require_GET
-@review_required
+@view_required
 def decisions_page(request: HttpRequest) -> HttpResponse:
     rows = (
-        Proposal.objects.exclude(decision="").select_related("workspace", "decided_by").order_by("-decided_at", "-id")
+        Proposal.objects.exclude(decision="")
+        .for_list()
+        .select_related("workspace", "decided_by")
+        .order_by("-decided_at", "-id")
     )
     filters = {k: request.GET.get(k, "") for k in ("target", "decision", "status", "workspace", "reviewer")}
     if filters["target"]:

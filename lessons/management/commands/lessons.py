@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from lessons.models import Lesson
 
 
 class ProgressBar:
-    """``[#####.....]  120/400  30%  55.1/s`` on one line, redrawn in place when stderr is a terminal."""
+    """``[#####.....] 120/400 30% 55.1/s ETA 0:00:05`` on one line, redrawn in place when stderr is a terminal."""
 
     def __init__(self, stream: Any, width: int = 30) -> None:
         self.stream = stream
@@ -27,8 +28,10 @@ class ProgressBar:
     def __call__(self, done: int, total: int) -> None:
         filled = int(self.width * done / total) if total else self.width
         rate = done / max(time.monotonic() - self.started, 1e-9)
+        eta = int((total - done) / rate) if rate > 0 else 0
         line = (
             f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {100 * done // max(total, 1)}% {rate:.1f}/s"
+            f" ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}"
         )
         self.stream.write(("\r" + line) if self.tty else line + "\n")
         self.stream.flush()
@@ -46,6 +49,13 @@ class Command(BaseCommand):
             action="store_true",
             help="first change the vector column to LESSONBOARD_EMBEDDING_DIMENSIONS (drops every vector)",
         )
+        reembed.add_argument(
+            "--threads",
+            type=int,
+            default=os.cpu_count() or 1,
+            help="CPU threads of the local model for this run (default: every CPU; the server's own setting "
+            "is LESSONBOARD_EMBEDDING_THREADS)",
+        )
         imp = sub.add_parser("import", help="import lessons from a file")
         imp.add_argument("path", type=Path)
         imp.add_argument(
@@ -55,9 +65,12 @@ class Command(BaseCommand):
         exp = sub.add_parser("export", help="export lessons to a file")
         exp.add_argument("path", type=Path)
         exp.add_argument(
-            "--format", choices=("memory-index", "jsonl"), default=None, help="default: from the file name"
+            "--format",
+            choices=("memory-index", "jsonl", "lessons-md"),
+            default=None,
+            help="default: from the file name (.jsonl, LESSONS.md, else memory-index)",
         )
-        exp.add_argument("--workspace", default="", help="only this workspace's lessons (memory-index)")
+        exp.add_argument("--workspace", default="", help="only this workspace's lessons (memory-index, lessons-md)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -77,6 +90,8 @@ class Command(BaseCommand):
     def _format(options: dict[str, Any]) -> str:
         if options["format"]:
             return str(options["format"])
+        if options["path"].name == "LESSONS.md":
+            return "lessons-md"
         return "jsonl" if options["path"].suffix == ".jsonl" else "memory-index"
 
     def reembed(self, options: dict[str, Any]) -> None:
@@ -91,7 +106,12 @@ class Command(BaseCommand):
                 f"{settings.LESSONS_EMBEDDING_DIMENSIONS}; run with --resize"
             )
         self.stdout.write(embeddings.describe())
-        done = vectors.embed_pending(everything=options["all"], progress=ProgressBar(sys.stderr))
+        provider = embeddings.load(
+            settings.LESSONS_EMBEDDING_PROVIDER,
+            settings.LESSONS_EMBEDDING_LOCAL_MODEL,
+            threads=max(1, options["threads"]),
+        )
+        done = vectors.embed_pending(everything=options["all"], progress=ProgressBar(sys.stderr), provider=provider)
         self.stdout.write(
             f"embedded {done} lesson(s); {Lesson.objects.filter(embedding__isnull=True).count()} without a vector"
         )
@@ -112,8 +132,14 @@ class Command(BaseCommand):
 
     def export(self, options: dict[str, Any]) -> None:
         path: Path = options["path"]
-        if self._format(options) == "jsonl":
+        fmt = self._format(options)
+        if fmt == "jsonl":
             count = interchange.export_jsonl(path)
+        elif fmt == "lessons-md":
+            generated = interchange.generated_lessons()
+            if options["workspace"]:
+                generated = generated.filter(workspace__slug=options["workspace"])
+            count = interchange.export_lessons_md(path, generated)
         else:
             lessons = Lesson.objects.active().select_related("workspace").order_by("-score", "id")
             if options["workspace"]:

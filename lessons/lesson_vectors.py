@@ -1,0 +1,41 @@
+"""What a lesson's vector is made of: the one place that decides the lesson-side text that is embedded.
+
+A lesson states its situation generally ("serving personalised responses behind a caching proxy"); the
+next task names a concrete case ("put /me behind Cloudflare"). Its whole text (situation, mistake,
+correction, tags: ``Lesson.embedding_text``) carries the details, the situation alone the case it applies
+to. For a provider with ``situation_vector`` (the ``use`` model) the stored vector is the normalised sum
+of both embeddings — one vector, one column, one HNSW search; measured on the next-task queries in
+docs/lessons.md#quality-on-next-task-queries. Other providers embed the whole text alone (e5 measured no
+consistent gain from the situation vector).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from lessons import embeddings
+
+
+def lesson_texts(lesson: Any, provider: embeddings.Provider) -> list[str]:
+    """The texts embedded for ``lesson``, whose vectors are summed."""
+    whole = lesson.embedding_text()
+    situation = (lesson.situation or "").strip()
+    if getattr(provider, "situation_vector", False) and situation and situation != whole.strip():
+        return [whole, situation]
+    return [whole]
+
+
+def embed_lessons(provider: embeddings.Provider, lessons: Sequence[Any]) -> np.ndarray:
+    """One L2-normalised vector per lesson, from a single ``embed_documents`` call."""
+    parts = [lesson_texts(lesson, provider) for lesson in lessons]
+    flat = provider.embed_documents([text for texts in parts for text in texts])
+    vectors = np.zeros((len(lessons), flat.shape[1] if len(flat) else provider.dimensions), dtype=np.float32)
+    row = 0
+    for index, texts in enumerate(parts):
+        vectors[index] = np.sum(flat[row : row + len(texts)], axis=0)
+        row += len(texts)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return (vectors / np.maximum(norms, 1e-12)).astype(np.float32)

@@ -1,0 +1,97 @@
+"""Recording retrievals: every retrieve call leaves a ``Retrieval`` row with the lessons it served, so
+outcomes can be tied back to lessons and empty answers show where knowledge is missing."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from lessons.usage.models import LessonUsage, Retrieval, Served
+
+if TYPE_CHECKING:
+    from lessonboard.models import AgentToken
+    from lessons.retrieval import Hit
+
+log = logging.getLogger(__name__)
+
+
+def record_retrieval(
+    task: str,
+    hits: Sequence[Hit],
+    *,
+    k: int,
+    agent: str = "",
+    workspace: str = "",
+    token: AgentToken | None = None,
+) -> Retrieval | None:
+    """Log one retrieve call and count each served lesson; ``None`` when the log is off
+    (``LESSONS_RETRIEVAL_LOG=false``). The task's vector is computed afterwards by the embed worker."""
+    if not settings.LESSONS_RETRIEVAL_LOG:
+        return None
+    with transaction.atomic():
+        row = Retrieval.objects.create(
+            task=task[: settings.LESSONS_LOG_TASK_MAX],
+            agent=agent[:200],
+            workspace=workspace[:100],
+            token=token,
+            k=k,
+            returned=len(hits),
+            gap=not hits,
+        )
+        Served.objects.bulk_create(
+            Served(retrieval=row, lesson=hit.lesson, rank=rank, score=hit.score) for rank, hit in enumerate(hits, 1)
+        )
+        ids = [hit.lesson.pk for hit in hits]
+        LessonUsage.objects.bulk_create([LessonUsage(lesson_id=pk) for pk in ids], ignore_conflicts=True)
+        LessonUsage.objects.filter(lesson_id__in=ids).update(served=F("served") + 1)
+        schedule_task_embedding(row.pk)
+    return row
+
+
+def schedule_task_embedding(retrieval_id: int) -> None:
+    """Queue the embed worker for this retrieval's task once the transaction commits; a broker that is
+    down costs only the gap grouping and impact preview of this one row (they skip rows with no vector)."""
+    if settings.LESSONS_EMBEDDING_PROVIDER == "none":
+        return
+
+    def send() -> None:
+        from lessons.tasks import embed_retrieval
+
+        try:
+            embed_retrieval.delay(retrieval_id)
+        except Exception:
+            log.warning("lessons: could not queue the embedding of retrieval %s", retrieval_id, exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def embed_task(retrieval_id: int) -> bool:
+    """Store the task vector of one retrieval (the embed worker's job); ``False`` when there is no
+    provider or the row is gone."""
+    from lessons import embeddings
+
+    provider = embeddings.provider()
+    row = Retrieval.objects.filter(pk=retrieval_id).only("task").first()
+    if provider is None or row is None:
+        return False
+    vector = provider.embed_query(row.task)
+    Retrieval.objects.filter(pk=retrieval_id).update(embedding=vector.tolist(), embedding_model=provider.model_id)
+    return True
+
+
+def purge_old(now: Any = None) -> int:
+    """Delete retrievals older than ``LESSONS_RETRIEVAL_RETENTION`` (0 keeps them forever); the lessons'
+    usage counts stay as they were."""
+    days = settings.LESSONS_RETRIEVAL_RETENTION
+    if not days:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(seconds=days)
+    deleted, _ = Retrieval.objects.filter(created_at__lt=cutoff).delete()
+    return deleted

@@ -1,0 +1,88 @@
+"""Outcomes: how a task went after lessons were served for it, and what that says about each lesson.
+
+A lesson's **usefulness** is the mean, over the tasks it was served for that have an outcome, of
+``success − baseline``, where ``baseline`` is the success rate of every reported task of the same agent.
+A lesson served to an agent that succeeds 90 % of the time earns little for a success and loses much for a
+failure; one served to a struggling agent earns much for a success. It stays empty (NULL, shown as "—")
+until ``LESSONS_USEFULNESS_MIN_SAMPLES`` outcomes exist: three samples say nothing.
+
+A lesson is **flagged for review** when it has at least that many outcomes, at least
+``LESSONS_FLAG_FAILURE_RATE`` of them were failures, and its usefulness is negative: it is served and
+followed by failures more often than its agents fail anyway.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from lessons.usage.models import LessonUsage, Retrieval, Served
+
+
+class OutcomeError(Exception):
+    def __init__(self, message: str, *, field: str = "retrieval_id", status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.status = status
+
+
+def report_outcome(retrieval_id: int, *, success: bool, note: str = "") -> Retrieval:
+    """Record how the task of ``retrieval_id`` went (the latest report wins) and bring the usefulness of
+    every lesson it served up to date. ``OutcomeError`` (404) for an unknown retrieval."""
+    with transaction.atomic():
+        row = Retrieval.objects.select_for_update().filter(pk=retrieval_id).first()
+        if row is None:
+            raise OutcomeError(f"no retrieval {retrieval_id} (unknown, or older than the log keeps)", status=404)
+        row.success = success
+        row.outcome_note = note[: settings.LESSONS_LOG_TASK_MAX]
+        row.outcome_at = timezone.now()
+        row.save(update_fields=["success", "outcome_note", "outcome_at"])
+        refresh_usage(row.served.values_list("lesson_id", flat=True))
+    return row
+
+
+def baselines() -> dict[str, float]:
+    """Each agent's success rate over all its reported tasks."""
+    rows = (
+        Retrieval.objects.with_outcome().values("agent").annotate(n=Count("id"), ok=Count("id", filter=Q(success=True)))
+    )
+    return {row["agent"]: row["ok"] / row["n"] for row in rows if row["n"]}
+
+
+def refresh_usage(lesson_ids: Iterable[int] | None = None) -> int:
+    """Recompute outcomes, successes, usefulness and the review flag of these lessons (``None``: every
+    lesson with an outcome) from the log; returns how many. An outcome moves its agent's baseline, which
+    every lesson served to that agent depends on: the periodic ``refresh_all_usage`` task catches those up."""
+    served = Served.objects.filter(retrieval__success__isnull=False)
+    if lesson_ids is None:
+        ids = sorted(set(served.values_list("lesson_id", flat=True)))
+    else:
+        ids = sorted(set(lesson_ids))
+        served = served.filter(lesson_id__in=ids)
+    if not ids:
+        return 0
+    base = baselines()
+    samples: dict[int, list[tuple[str, bool]]] = defaultdict(list)
+    for lesson_id, agent, success in served.values_list("lesson_id", "retrieval__agent", "retrieval__success"):
+        samples[lesson_id].append((agent, bool(success)))
+    minimum = settings.LESSONS_USEFULNESS_MIN_SAMPLES
+    now = timezone.now()
+    LessonUsage.objects.bulk_create([LessonUsage(lesson_id=pk) for pk in ids], ignore_conflicts=True)
+    for pk in ids:
+        outcomes = samples.get(pk, [])
+        n = len(outcomes)
+        ok = sum(1 for _, success in outcomes if success)
+        usefulness = None
+        if n >= minimum:
+            usefulness = sum((1.0 if success else 0.0) - base.get(agent, 0.5) for agent, success in outcomes) / n
+        flagged = usefulness is not None and usefulness < 0 and (n - ok) / n >= settings.LESSONS_FLAG_FAILURE_RATE
+        LessonUsage.objects.filter(lesson_id=pk).update(
+            outcomes=n, successes=ok, usefulness=usefulness, flagged=flagged, updated_at=now
+        )
+    return len(ids)
