@@ -1,4 +1,7 @@
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from refine.models import AgentRefineMode, RefinePass, RefineRun
 
@@ -20,12 +23,18 @@ class RefineRunAdmin(admin.ModelAdmin):
     readonly_fields = ["requested_by", "output_chosen_by", "created_at", "started_at", "finished_at", "duration_ms"]
     inlines = [RefinePassInline]
 
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # written by the system; an Add form here could only crash or forge history
+
 
 @admin.register(RefinePass)
 class RefinePassAdmin(admin.ModelAdmin):
     list_display = ["id", "run", "number", "decision", "decided_by", "similarity_to_original", "protocol_ok"]
     list_filter = ["decision", "decided_by", "protocol_ok"]
     readonly_fields = ["run", "proposed_lesson", "created_at"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # written by the system; an Add form here could only crash or forge history
 
 
 @admin.register(AgentRefineMode)

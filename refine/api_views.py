@@ -4,21 +4,99 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
+from pydantic import Field
 
-from lessonboard.api import ApiError, ApiRequest, api_view, json_body, require_str
+from lessonboard.api import ApiError, ApiRequest, Described, api_view, json_body
 from lessonboard.models import TokenScope
+from lessonboard.schemas import AgentName, QueryModel, RequestModel, ResponseModel, Says, validated
 from refine import runs
 from refine.models import AgentRefineMode, RefineMode, RefineRun
+
+MODE_ALIASES = {"next": RefineMode.ONCE.value, "clear": RefineMode.AUTO.value}
 
 MAX_DRAFT_CHARS = 200_000
 MAX_TASK_CHARS = 50_000
 POLL_INTERVAL = 0.1
 _pause = threading.Event()  # never set: .wait(interval) is a pause with a deadline around it
+_waiters = threading.BoundedSemaphore(settings.REFINE_API_MAX_WAITERS)
+
+
+class RefineBody(RequestModel):
+    task: Annotated[str, Field(min_length=1, max_length=MAX_TASK_CHARS)]
+    draft: Annotated[str, Field(min_length=1, max_length=MAX_DRAFT_CHARS)]
+    agent: AgentName | None = None
+    max_passes: (
+        Annotated[
+            int,
+            Field(ge=1, le=settings.REFINE_MAX_PASSES_LIMIT),
+            Says(f"'max_passes' must be an integer between 1 and {settings.REFINE_MAX_PASSES_LIMIT}"),
+        ]
+        | None
+    ) = None
+
+
+class ModeQuery(QueryModel):
+    agent: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class ModeBody(RequestModel):
+    agent: Annotated[AgentName, Field(min_length=1)]
+    # Any case and surrounding spaces are forgiven (the view folds them), so the enum is what to send,
+    # not all that is accepted.
+    mode: Annotated[str, Field(min_length=1, max_length=10)] = Field(
+        description="on, off, once, auto; chatcli's next (= once) and clear (= auto); any case",
+        json_schema_extra={"enum": [*RefineMode.values, *MODE_ALIASES]},
+    )
+
+
+class Mode(ResponseModel):
+    agent: str
+    mode: str
+
+
+class Tokens(ResponseModel):
+    prompt: int
+    completion: int
+
+
+class PassOut(ResponseModel):
+    number: int
+    decision: str
+    decided_by: str
+    reason: str
+    similarity_to_original: float
+    degraded_from: str
+    critique: list[Any]
+    protocol_ok: bool
+    latency_ms: float
+
+
+class RefineRunOut(ResponseModel):
+    id: int
+    status: str
+    outcome: str
+    agent: str
+    output: str | None = Field(description="null until the run is finished")
+    output_pass: int | None
+    converged: bool
+    rolled_back: bool
+    metadata: dict[str, str]
+    reflexion_job: str | None
+    skip_reason: str
+    stop_reason: str
+    error: str
+    pass_count: int
+    max_passes: int
+    tokens: Tokens
+    duration_ms: float | None
+    passes: list[PassOut]
+    poll_url: str
+    page_url: str
 
 
 def run_json(run: RefineRun, request: HttpRequest) -> dict[str, Any]:
@@ -32,6 +110,7 @@ def run_json(run: RefineRun, request: HttpRequest) -> dict[str, Any]:
         "converged": run.converged,
         "rolled_back": run.rolled_back,
         "metadata": run.metadata,
+        "reflexion_job": run.reflexion_job or None,
         "skip_reason": run.skip_reason,
         "stop_reason": run.stop_reason,
         "error": run.error,
@@ -58,32 +137,40 @@ def run_json(run: RefineRun, request: HttpRequest) -> dict[str, Any]:
     }
 
 
-def _max_passes(data: dict[str, Any]) -> int | None:
-    value = data.get("max_passes")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ApiError("'max_passes' must be an integer", field="max_passes")
-    limit = settings.REFINE_MAX_PASSES_LIMIT
-    if not 1 <= value <= limit:
-        raise ApiError(f"'max_passes' must be between 1 and {limit}", field="max_passes")
-    return value
-
-
-@api_view(TokenScope.FULL, methods=("POST",))
+@api_view(
+    TokenScope.FULL,
+    methods=("POST",),
+    describe=Described(
+        "Start a Self-Refine run: 200 with the result within LESSONBOARD_REFINE_API_WAIT, else 202 to poll",
+        body=(RefineBody,),
+        responses={200: RefineRunOut, 202: RefineRunOut},
+        links={
+            status: {"poll": {"operationId": "api-run", "parameters": {"run_id": "$response.body#/id"}}}
+            for status in (200, 202)
+        },
+    ),
+)
 def refine(request: ApiRequest) -> JsonResponse:
     """Start a run; answer 200 with the result if it finishes within ``LESSONBOARD_REFINE_API_WAIT``,
     else 202 with the URL to poll."""
-    data = json_body(request, max_bytes=4 * MAX_DRAFT_CHARS + 4 * MAX_TASK_CHARS + 4096)
-    task = require_str(data, "task", max_length=MAX_TASK_CHARS)
-    draft = require_str(data, "draft", max_length=MAX_DRAFT_CHARS)
-    agent = require_str(data, "agent", required=False, max_length=200)
-    max_passes = _max_passes(data)
-    run = runs.start_run(task=task, draft=draft, agent=agent, max_passes=max_passes, token=request.agent_token)
-    deadline = time.monotonic() + settings.REFINE_API_WAIT
-    while not run.is_finished and time.monotonic() < deadline:
-        _pause.wait(POLL_INTERVAL)
-        run.refresh_from_db()
+    asked = validated(RefineBody, json_body(request, max_bytes=4 * MAX_DRAFT_CHARS + 4 * MAX_TASK_CHARS + 4096))
+    run = runs.start_run(
+        task=asked.task,
+        draft=asked.draft,
+        agent=asked.agent or "",
+        max_passes=asked.max_passes,
+        token=request.agent_token,
+    )
+    # A waiting request holds a web thread: only LESSONBOARD_REFINE_API_MAX_WAITERS per web process wait
+    # at once, the others answer 202 at once, so health checks and pages always find a free thread.
+    if _waiters.acquire(blocking=False):
+        try:
+            deadline = time.monotonic() + settings.REFINE_API_WAIT
+            while not run.is_finished and time.monotonic() < deadline:
+                _pause.wait(POLL_INTERVAL)
+                run.refresh_from_db()
+        finally:
+            _waiters.release()
     body = run_json(run, request)
     response = JsonResponse(body, status=200 if run.is_finished else 202)
     if not run.is_finished:
@@ -91,7 +178,11 @@ def refine(request: ApiRequest) -> JsonResponse:
     return response
 
 
-@api_view(TokenScope.FULL, methods=("GET",))
+@api_view(
+    TokenScope.FULL,
+    methods=("GET",),
+    describe=Described("A Self-Refine run", responses={200: RefineRunOut}),
+)
 def refine_run(request: ApiRequest, run_id: int) -> JsonResponse:
     run = RefineRun.objects.filter(pk=run_id).first()
     if run is None:
@@ -99,21 +190,31 @@ def refine_run(request: ApiRequest, run_id: int) -> JsonResponse:
     return JsonResponse(run_json(run, request))
 
 
-@api_view(TokenScope.FULL, methods=("GET", "POST"))
+@api_view(
+    TokenScope.FULL,
+    methods=("GET", "POST"),
+    describe=Described(
+        "An agent's refine mode (GET ?agent=), or set it (POST)",
+        query=ModeQuery,
+        body=(ModeBody,),
+        responses={200: Mode},
+    ),
+)
 def refine_mode(request: ApiRequest) -> JsonResponse:
-    """GET ``?agent=x`` → the agent's mode; POST ``{agent, mode}`` sets it (on / off / once / auto)."""
+    """GET ``?agent=x`` → the agent's mode; POST ``{agent, mode}`` sets it (on / off / once / auto, and
+    chatcli's aliases next = once, clear = auto)."""
     if request.method == "GET":
-        agent = request.GET.get("agent", "").strip()
+        agent = validated(ModeQuery, request.GET.dict()).agent.strip()
         if not agent:
             raise ApiError("'agent' is required", field="agent")
         return JsonResponse({"agent": agent.lower(), "mode": AgentRefineMode.objects.mode_for(agent)})
-    data = json_body(request, max_bytes=8192)
-    agent = require_str(data, "agent", max_length=200).strip()
+    body = validated(ModeBody, json_body(request, max_bytes=8192))
+    agent = body.agent.strip()
     if not agent:
         raise ApiError("'agent' is required", field="agent")
-    mode = require_str(data, "mode", max_length=10).strip().lower()
-    if mode == "clear":  # chatcli's /refine clear drops the override
-        mode = RefineMode.AUTO
+    mode = body.mode.strip().lower()
+    # chatcli's /refine takes "next" for "once" and "clear" for "auto" (dropping the override).
+    mode = MODE_ALIASES.get(mode, mode)
     if mode not in RefineMode.values:
         raise ApiError(f"'mode' must be one of {', '.join(RefineMode.values)}", field="mode")
     row = runs.set_mode(agent, mode, token=request.agent_token)

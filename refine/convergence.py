@@ -1,4 +1,4 @@
-"""chatcli's convergence cascade (spec §15): char → Jaccard → embedding, with the embedding scorer's
+"""chatcli's convergence cascade (docs/compat/chatcli.md#convergence): char → Jaccard → embedding, with the embedding scorer's
 LRU cache and circuit breaker, strict and permissive modes, and ``degraded_from`` on every fallback.
 
 Time comes only from ``now`` (``django.utils.timezone.now`` unless a caller passes another clock), so
@@ -25,7 +25,7 @@ from refine.scorers import Cost, Score, char_score, clamp, jaccard_score
 
 Clock = Callable[[], datetime]
 
-# chatcli's defaults (spec §13, §15.4, §15.6, §15.7).
+# chatcli's defaults (docs/compat/chatcli.md#configuration, docs/compat/chatcli.md#embedding-scorer, docs/compat/chatcli.md#convergence-breaker, docs/compat/chatcli.md#convergence-decision).
 CHAR_HIGH, CHAR_LOW, JACCARD_HIGH, EMBEDDING_SIM = 0.99, 0.3, 0.95, 0.92
 JACCARD_MIN_CONFIDENCE = 0.6  # hard-coded in chatcli's Check, in place of the unused MinTokensForJaccard
 CACHE_SIZE, CACHE_TTL = 256, timedelta(minutes=5)
@@ -33,7 +33,7 @@ BREAKER_THRESHOLD, BREAKER_COOLDOWN = 3, timedelta(seconds=30)
 EMBED_TIMEOUT = 15.0
 
 
-# --- LRU cache (§15.5) -------------------------------------------------------------------------------
+# --- LRU cache (docs/compat/chatcli.md#convergence-cache) -------------------------------------------------------------------------------
 def cache_key(text: str) -> str:
     """Lowercase hex of the first 16 bytes of SHA-256 of the exact text (no normalisation)."""
     return hashlib.sha256(text.encode()).digest()[:16].hex()
@@ -74,7 +74,7 @@ class EmbeddingCache:
             self._entries.popitem(last=False)
 
 
-# --- circuit breaker (§15.6) -------------------------------------------------------------------------
+# --- circuit breaker (docs/compat/chatcli.md#convergence-breaker) -------------------------------------------------------------------------
 class BreakerState:
     CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 
@@ -113,7 +113,7 @@ class CircuitBreaker:
             self.state = BreakerState.CLOSED
 
 
-# --- embedding scorer (§15.4) ------------------------------------------------------------------------
+# --- embedding scorer (docs/compat/chatcli.md#embedding-scorer) ------------------------------------------------------------------------
 class ScorerError(Exception):
     def __init__(self, message: str, score: Score) -> None:
         super().__init__(message)
@@ -186,7 +186,7 @@ class EmbeddingScorer:
         return Score(similarity, 0.9, cost)
 
 
-# --- the composite decision (§15.7) --------------------------------------------------------------------
+# --- the composite decision (docs/compat/chatcli.md#convergence-decision) --------------------------------------------------------------------
 @dataclass
 class TrailEntry:
     scorer: str

@@ -1,7 +1,7 @@
 """Where the embedding scorer gets its vectors: one ``Embedder`` resolved from one place.
 
 An embedder takes a list of texts and returns one vector per text, in order, or raises. The cascade
-embeds each text alone (a batch of one, spec §15.4) so a cache hit saves exactly one call.
+embeds each text alone (a batch of one, docs/compat/chatcli.md#embedding-scorer) so a cache hit saves exactly one call.
 
 ``LESSONBOARD_REFINE_EMBEDDER`` picks it:
 

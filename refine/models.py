@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from lessonboard.models import AgentToken
@@ -38,9 +38,33 @@ class RefineRunQuerySet(models.QuerySet["RefineRun"]):
             | Q(status=RunStatus.RUNNING, started_at__lt=running_before)
         )
 
+    def for_list(self) -> RefineRunQuerySet:
+        """What the runs list shows: no drafts or texts (each may be large), only whether the output
+        differs from the draft, compared in SQL (``outcome`` reads it)."""
+        return self.defer(*RUN_TEXT_FIELDS).annotate(
+            draft_changed=Case(When(final_output=F("original_draft"), then=Value(False)), default=Value(True))
+        )
+
+    def union_waiting(self) -> RefineRunQuerySet:
+        """These runs, and every queued run that said it waits for the LLM (ready as soon as it is back)."""
+        return RefineRun.objects.filter(
+            Q(pk__in=self.values("pk")) | Q(status=RunStatus.QUEUED, error__startswith="waiting: ")
+        )
+
     def claimable(self, stale_before: Any) -> RefineRunQuerySet:
         """Queued, or running but started before ``stale_before`` (its worker died: acks_late redelivered it)."""
         return self.filter(Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, started_at__lt=stale_before))
+
+
+RUN_TEXT_FIELDS = (
+    "task",
+    "original_draft",
+    "final_output",
+    "skip_reason",
+    "low_quality_reason",
+    "stop_reason",
+    "error",
+)
 
 
 class RefineRun(models.Model):
@@ -60,6 +84,10 @@ class RefineRun(models.Model):
     rolled_back = models.BooleanField(default=False)
     low_quality = models.BooleanField(default=False)
     low_quality_reason = models.TextField(blank=True)
+    # Reflexion on the server: decided when the run is requested (the Reflexion switches then), so a run
+    # that ends low-quality queues its own ``low_quality`` lesson job, whichever worker finishes it.
+    reflexion = models.BooleanField(default=False)
+    reflexion_job = models.CharField(max_length=16, blank=True, help_text="the lesson job a low-quality end queued")
     stop_reason = models.TextField(blank=True)
     error = models.TextField(blank=True)
     pass_count = models.PositiveSmallIntegerField(default=0)
@@ -106,7 +134,10 @@ class RefineRun(models.Model):
             return self.status
         if self.rolled_back:
             return "rolled back"
-        return "rewrote draft" if self.final_output != self.original_draft else "kept draft"
+        changed = self.__dict__.get("draft_changed")  # annotated by ``for_list``: the texts stay unloaded
+        if changed is None:
+            changed = self.final_output != self.original_draft
+        return "rewrote draft" if changed else "kept draft"
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -161,6 +192,7 @@ class RefinePass(models.Model):
 
     class Meta:
         ordering = ["run", "number"]
+        verbose_name_plural = "refine passes"
         constraints = [models.UniqueConstraint(fields=["run", "number"], name="refine_pass_unique_number")]
 
     def __str__(self) -> str:

@@ -1,4 +1,4 @@
-"""The Self-Refine pass loop (spec §14.1–§14.3) with its regression guard, as a plain function.
+"""The Self-Refine pass loop (docs/compat/chatcli.md#refine-preconditions) with its regression guard, as a plain function.
 
 Collaborators come in as arguments — the refiner (which owns the LLM call), the convergence checker
 (or ``None`` for the legacy char heuristic) and a clock for latencies — so tests hand in fakes of the
@@ -31,6 +31,8 @@ class RefineConfig:
     min_bytes: int = 200
     epsilon: int = DEFAULT_EPSILON
     exclude: tuple[str, ...] = ("formatter", "deps", "refiner", "verifier")
+    # chatcli bounds the whole refine hook by the pipeline's 30 s per-hook timeout; 0 = no cap.
+    loop_timeout: float = 30.0
 
     @classmethod
     def from_settings(cls, *, max_passes: int | None = None) -> RefineConfig:
@@ -39,11 +41,12 @@ class RefineConfig:
             min_bytes=settings.REFINE_MIN_BYTES,
             epsilon=settings.REFINE_EPSILON,
             exclude=tuple(settings.REFINE_EXCLUDE),
+            loop_timeout=settings.REFINE_LOOP_TIMEOUT,
         )
 
 
 def skip_reason(*, agent: str, draft: str, config: RefineConfig) -> str:
-    """Why chatcli's hook would not run (§14.1), or ``""`` when it would."""
+    """Why chatcli's hook would not run (docs/compat/chatcli.md#refine-preconditions), or ``""`` when it would."""
     if agent.strip().lower() in {name.strip().lower() for name in config.exclude}:
         return f"agent '{agent.strip()}' is in the exclude list"
     size = len(draft.encode())
@@ -53,7 +56,7 @@ def skip_reason(*, agent: str, draft: str, config: RefineConfig) -> str:
 
 
 def char_heuristic(a: str, b: str, epsilon: int) -> bool:
-    """chatcli's legacy convergence test (§14.3): not converged when the byte lengths differ by more
+    """chatcli's legacy convergence test (docs/compat/chatcli.md#refine-legacy-char): not converged when the byte lengths differ by more
     than epsilon, or when more than epsilon code points differ position by position. The length
     difference itself is not counted as mismatches."""
     if epsilon <= 0:
@@ -135,7 +138,7 @@ def run_passes(
     on_pass: Callable[[PassRecord], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> LoopResult:
-    """Critique → rewrite up to ``max_passes`` times (§14.2).
+    """Critique → rewrite up to ``max_passes`` times (docs/compat/chatcli.md#refine-pass).
 
     Per pass: the regression guard compares the rewrite with the ORIGINAL (a check error counts as 1.0);
     the first pass or a strictly better similarity becomes the best; a drop below 0.85 × best rolls
@@ -147,8 +150,17 @@ def run_passes(
     result = LoopResult(output=draft)
     current = draft
     best_draft, best_similarity = "", -1.0
+    loop_started = clock()
     for index in range(max_passes):
         started = clock()
+        if index and config.loop_timeout and started - loop_started >= config.loop_timeout:
+            # The time budget is checked between passes: a pass in flight finishes (its LLM call has its
+            # own timeout), none starts after the cap; the current draft stands, as after the last pass.
+            result.stop_reason = (
+                f"the loop's time budget of {config.loop_timeout:g} s ran out after {index} pass(es); "
+                "kept the current draft"
+            )
+            break
         try:
             reply = refiner(task, current)
         except LLMError as exc:

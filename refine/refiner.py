@@ -1,4 +1,4 @@
-"""chatcli's RefinerAgent protocol (spec §14.2 step 1, §14.4): the ``[REFINE_DRAFT]`` directive, its
+"""chatcli's RefinerAgent protocol (docs/compat/chatcli.md#refine-pass step 1, docs/compat/chatcli.md#refiner-protocol): the ``[REFINE_DRAFT]`` directive, its
 tolerant parse, the prompt, and the ``<critique>`` / ``<revised>`` reply with its fallback.
 
 The LLM call is injected (``complete``, ``lessonboard.llm.chat`` by default) so tests can hand in the
@@ -11,7 +11,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from django.conf import settings
+
 from lessonboard import llm
+from lessonboard.inputs import storable
 
 DIRECTIVE = "[REFINE_DRAFT]"
 DEFAULT_TASK = "Improve the quality and accuracy of the following draft."
@@ -105,6 +108,7 @@ class RefinerReply:
 
 
 def parse_reply(raw: str) -> RefinerReply:
+    raw = storable(raw)  # model text is stored and shown: NUL and lone surrogates become U+FFFD
     revised = block(raw, "revised")
     critique = block(raw, "critique") or ""
     if revised is None or not revised.strip():
@@ -117,7 +121,8 @@ class Refiner:
     """One refine call: directive → parse → chat → parse reply. Raises ``lessonboard.llm.LLMError``."""
 
     def __init__(self, complete: Complete | None = None) -> None:
-        self.complete: Complete = complete or (lambda messages: llm.chat(messages))
+        # The refiner may use a model of its own (chatcli's refiner is a separate agent type).
+        self.complete: Complete = complete or (lambda messages: llm.chat(messages, model=settings.REFINE_MODEL or None))
 
     def __call__(self, task: str, draft: str) -> RefinerReply:
         parsed_task, parsed_draft = parse_directive(directive(task, draft))

@@ -4,7 +4,6 @@ mode, and proposing a pass as a lesson."""
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import timedelta
 from typing import Any
@@ -13,6 +12,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from lessonboard import breaker
+from lessonboard.celery import app
 from lessonboard.models import AgentToken, AuditEvent
 from refine import metrics
 from refine.convergence import Checker, process_cascade
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 
 # A run still "running" this long after it started lost its worker (acks_late redelivers the message).
 STALE_RUNNING = timedelta(minutes=10)
+RUN_REFINE = "refine.tasks.run_refine"  # the task (refine/tasks.py) and its queue
+RUN_REFINE_QUEUE = "llm"
 
 
 def mode_decision(agent: str) -> tuple[bool, str]:
@@ -55,6 +58,7 @@ def start_run(
         agent=agent.strip(),
         max_passes=config.max_passes if config.max_passes > 0 else 1,
         requested_by=token,
+        reflexion=reflexion_on_low_quality(),
     )
     allowed, why = mode_decision(agent)
     why = why or skip_reason(agent=agent, draft=draft, config=config)
@@ -67,9 +71,8 @@ def start_run(
         metrics.RUNS.labels(outcome="skipped").inc()
         return run
     run.save()
-    from refine.tasks import run_refine
-
-    transaction.on_commit(lambda: run_refine.delay(run.pk))
+    # Sent by name: refine.tasks imports this module, not the other way round.
+    transaction.on_commit(lambda: app.send_task(RUN_REFINE, args=[run.pk], queue=RUN_REFINE_QUEUE))
     return run
 
 
@@ -148,6 +151,13 @@ def execute_run(
         run.save(update_fields=["status", "error", "final_output", "finished_at", "pass_count"])
         metrics.RUNS.labels(outcome="failed").inc()
         raise
+    outage = breaker.outage() if result.error and not result.passes else None
+    if outage is not None:
+        # The LLM went away before the first pass: not the run's fault. It waits, queued, and the
+        # breaker's recovery (or the stalled-run sweep) publishes it again.
+        run.status, run.started_at, run.error = RunStatus.QUEUED, None, f"waiting: {outage.text}"
+        run.save(update_fields=["status", "started_at", "error"])
+        return run
     finished = timezone.now()
     run.final_output = result.output
     run.output_pass = _pass_number_of(run, result.output)
@@ -160,9 +170,39 @@ def execute_run(
     run.status = RunStatus.FAILED if result.error and not result.passes else RunStatus.DONE
     run.finished_at = finished
     run.duration_ms = (finished - (run.started_at or finished)).total_seconds() * 1000
+    if run.low_quality and run.reflexion:
+        # Before the run reads as finished: whoever sees it done also sees its lesson job.
+        queue_low_quality_lesson(run)
     run.save()
     metrics.RUNS.labels(outcome=run.outcome).inc()
     return run
+
+
+def reflexion_on_low_quality() -> bool:
+    """Whether a run that ends low-quality queues its own lesson job: the queue is on, its ``low_quality``
+    trigger is on (chatcli's ``…_REFLEXION_ON_LOW_QUALITY``), and the server-side forwarding is on."""
+    return settings.LESSONQ_ENABLED and settings.LESSONQ_ON_LOW_QUALITY and settings.REFINE_REFLEXION_ON_LOW_QUALITY
+
+
+def queue_low_quality_lesson(run: RefineRun) -> str:
+    """Queue the ``low_quality`` lesson job the agent would have sent with the run's metadata (same task,
+    attempt and outcome text, so the same JobID: an agent that forwards the flag as well is deduplicated).
+    Returns the job id, or ``""`` when the WAL could not take it (logged; the run itself is done)."""
+    from lessonq.ingest import AgentResult, LessonRequest, enqueue, outcome_text
+    from lessonq.models import Trigger
+    from lessonq.wal import WalError
+
+    result = AgentResult(task=run.task, output=run.final_output, error="", metadata=run.metadata)
+    request = LessonRequest(
+        task=run.task, attempt=run.final_output, outcome=outcome_text(result), trigger=Trigger.LOW_QUALITY.value
+    )
+    try:
+        queued = enqueue(request, agent=run.agent, token=run.requested_by)
+    except (OSError, WalError):
+        log.warning("refine: run %s ended low-quality but its lesson job could not be queued", run.pk, exc_info=True)
+        return ""
+    run.reflexion_job = queued.job_id  # saved with the finished run
+    return queued.job_id
 
 
 def _pass_number_of(run: RefineRun, text: str) -> int:
@@ -173,14 +213,15 @@ def _pass_number_of(run: RefineRun, text: str) -> int:
 
 def choose_output(run: RefineRun, number: int, *, user: Any) -> None:
     previous = run.output_pass
-    run.choose_output(number, user=user)
-    AuditEvent.record(
-        "refine.choose_output",
-        user=user,
-        object_type="refine_run",
-        object_ids=[run.pk],
-        result={"output_pass": number, "previous_output_pass": previous},
-    )
+    with transaction.atomic():  # the action and its audit event commit together
+        run.choose_output(number, user=user)
+        AuditEvent.record(
+            "refine.choose_output",
+            user=user,
+            object_type="refine_run",
+            object_ids=[run.pk],
+            result={"output_pass": number, "previous_output_pass": previous},
+        )
 
 
 def set_mode(agent: str, mode: str, *, user: Any = None, token: AgentToken | None = None) -> AgentRefineMode:
@@ -211,37 +252,24 @@ def propose_lesson(
 ) -> Any:
     """Stage a lesson drawn from a pass as a pending proposal in the approval queue (target ``lesson``,
     op ``add``, human gate): a reviewer approves, edits or rejects it there, and approval writes through
-    ``lessons.store.persist_lesson``. Returns the review pass's ``RunResult``."""
+    ``lessons.store.persist_lesson``. Returns the proposal, or ``None`` when it could not be staged."""
     from lessonboard.models import Workspace
-    from lessons.review.gates import human_gate
-    from lessons.review.learning import Proposed
-    from lessons.review.staging import run_review
+    from lessons.review.staging import stage_lesson
 
     run = refine_pass.run
     origin = f"refine run {run.pk} pass {refine_pass.number}"
-    item = {
-        "target": "lesson",
-        "op": "add",
-        "lesson": {
-            "situation": situation,
-            "mistake": mistake,
-            "correction": correction,
-            "trigger": "low_quality",
-            "tags": tags,
-        },
-        "rationale": f"promoted from {origin} by {user.get_username()}",
-        "score": 1.0,
-    }
-    workspace = Workspace.objects.for_slug(settings.REFINE_PROPOSAL_WORKSPACE)
-    result = run_review(
-        workspace,
-        f"Lesson proposed from {origin}.\n\nTask: {run.task}",
+    proposal = stage_lesson(
+        Workspace.objects.for_slug(settings.REFINE_PROPOSAL_WORKSPACE),
+        situation=situation,
+        mistake=mistake,
+        correction=correction,
+        tags=tags,
+        trigger="low_quality",
+        origin=origin,
+        summary=f"Lesson proposed from {origin}.\n\nTask: {run.task}",
         agent=run.agent,
-        proposer=lambda _summary: Proposed(items=[item], raw_output=json.dumps(item), model="refine"),
-        gate=human_gate(settings.REVIEW_THRESHOLD),
         user=user,
     )
-    proposal = result.run.proposals.first()
     AuditEvent.record(
         "refine.propose_lesson",
         user=user,

@@ -1,4 +1,4 @@
-"""chatcli's three similarity scorers (spec §15.2–15.4), with its exact formulas.
+"""chatcli's three similarity scorers (docs/compat/chatcli.md#char-scorer), with its exact formulas.
 
 Each returns a ``Score``: similarity and confidence in [0, 1], the cost of computing it and, when it
 could not score, the reason in ``degraded_from`` plus an ``error``. The embedding scorer lives in
@@ -40,7 +40,7 @@ def clamp(value: float) -> float:
     return min(1.0, max(0.0, value))
 
 
-# --- char (§15.2) ------------------------------------------------------------------------------------
+# --- char (docs/compat/chatcli.md#char-scorer) ------------------------------------------------------------------------------------
 def char_score(a: str, b: str) -> Score:
     """Position-by-position code point comparison; the length difference counts as mismatches.
 
@@ -56,7 +56,7 @@ def char_score(a: str, b: str) -> Score:
     return Score(similarity, clamp(0.3 + 0.6 * abs(2 * similarity - 1)))
 
 
-# --- Jaccard (§15.3) ---------------------------------------------------------------------------------
+# --- Jaccard (docs/compat/chatcli.md#jaccard-scorer) ---------------------------------------------------------------------------------
 # chatcli's defaultStopWords: 61 entries, 59 distinct. The one-letter entries are redundant (1-byte tokens
 # are dropped anyway) and "você"/"nós" can never match because the tokenizer splits at non-ASCII
 # letters; they are kept so the list reads like the original.

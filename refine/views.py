@@ -7,24 +7,23 @@ from datetime import datetime, time
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from lessonboard.permissions import require_perm, view_required
+from lessonboard.permissions import needs_role, require_perm, view_required
 from refine import runs
 from refine.chart import similarity_chart
 from refine.diff import side_by_side
 from refine.forms import LessonProposalForm, ModeForm, RunFilterForm
-from refine.models import AgentRefineMode, RefinePass, RefineRun, RunStatus
+from refine.models import AgentRefineMode, RefinePass, RefineRun, RefineRunQuerySet, RunStatus
 
 PAGE_SIZE = 50
 
 
-def _filtered(form: RunFilterForm) -> QuerySet[RefineRun]:
+def _filtered(form: RunFilterForm) -> RefineRunQuerySet:
     qs = RefineRun.objects.all()
     if not form.is_valid():
         return qs
@@ -49,7 +48,7 @@ def _filtered(form: RunFilterForm) -> QuerySet[RefineRun]:
 @view_required
 def runs_list(request: HttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET)
-    page = Paginator(_filtered(form), PAGE_SIZE).get_page(request.GET.get("page"))
+    page = Paginator(_filtered(form).for_list(), PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     context = {
@@ -69,7 +68,7 @@ def _selected_pass(request: HttpRequest, passes: list[RefinePass], run: RefineRu
     if not passes:
         return None
     raw = request.GET.get("pass", "")
-    if raw.isdigit():
+    if raw.isascii() and raw.isdigit():  # not "²", which int() refuses
         for p in passes:
             if p.number == int(raw):
                 return p
@@ -106,6 +105,9 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "chart": similarity_chart(passes) if passes else None,
         "can_operate": request.user.has_perm("lessonboard.operate_queue"),
         "can_review": request.user.has_perm("lessonboard.review_memory"),
+        # Proposing a pass as a lesson is allowed to operators too (``propose_lesson``); the page offers it.
+        "can_propose": request.user.has_perm("lessonboard.review_memory")
+        or request.user.has_perm("lessonboard.operate_queue"),
     }
     if selected is not None:
         before = passes[selected.number - 2].revised if selected.number > 1 else run.original_draft
@@ -148,7 +150,7 @@ def propose_lesson(request: HttpRequest, run_id: int, number: int) -> HttpRespon
     # Proposing is safe for operators and reviewers alike: the proposal waits in the approval queue
     # until a reviewer decides it.
     if not (request.user.has_perm("lessonboard.review_memory") or request.user.has_perm("lessonboard.operate_queue")):
-        raise PermissionDenied("needs permission lessonboard.review_memory or lessonboard.operate_queue")
+        raise PermissionDenied("This action needs the operator, reviewer or admin role.")
     refine_pass = get_object_or_404(RefinePass, run_id=run_id, number=number)
     form = LessonProposalForm(request.POST)
     if not form.is_valid():
@@ -170,7 +172,7 @@ def modes(request: HttpRequest) -> HttpResponse:
     form = ModeForm()
     if request.method == "POST":
         if not request.user.has_perm("lessonboard.operate_queue"):
-            raise PermissionDenied("needs permission lessonboard.operate_queue")
+            raise PermissionDenied(needs_role("lessonboard.operate_queue"))
         form = ModeForm(request.POST)
         if form.is_valid():
             row = runs.set_mode(form.cleaned_data["agent"], form.cleaned_data["mode"], user=request.user)
