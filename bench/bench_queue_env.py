@@ -12,8 +12,9 @@ __all__ = ["env", "percentile", "reset_queue"]
 
 
 def reset_queue() -> None:
-    from lessonq.models import Job
+    from lessonq.models import Job, Outbox
     from lessons.models import Lesson
 
     Job.objects.all().delete()
+    Outbox.objects.all().delete()
     Lesson.objects.filter(source_job_id__isnull=False).delete()

@@ -1,48 +1,69 @@
-"""HTTP ingest through gunicorn: requests/s and latency percentiles for POST /api/v1/reflexion/triggers.
+"""HTTP ingest through gunicorn: lessonboard's ``POST /api/v1/reflexion/triggers`` next to its anchor, a
+bare Django view doing only the same durable WAL append (``bench_ingest_bare.py``), both served by one
+gunicorn (same workers, same middleware), in interleaved rounds; medians of the rounds and the ratio.
 
-    .venv/bin/python bench/bench_queue_ingest_http.py [N] [CLIENT_THREADS]
+    .venv/bin/python bench/bench_queue_ingest_http.py [N per round] [CLIENT_THREADS] [ROUNDS]
 
-Each request is a distinct trigger (a new WAL record with fsync, a row, no LLM configured so nothing is
-published): what an agent fleet costs the web tier.
+Each request is a distinct trigger. lessonboard's side does all its work: token check, WAL append
+(fsync), the row, capacity accounting and the message owed in the outbox (an LLM is configured). The
+node's dispatcher, which sends the owed messages to the broker, runs beside gunicorn as in production
+(there a thread of the lesson worker, here a process of its own), so its CPU is spent on the same
+machine during the rounds; after each lessonboard round the script waits until it has sent them all
+and prints how long that took after the last answer. No worker consumes; the messages are dropped
+afterwards.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
+import statistics
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import bench_queue_env
 
 from lessonboard.tokens import issue_token
-from tests.support.processes import Gunicorn
+from lessonq.models import Outbox
+from tests.support.processes import ROOT, Gunicorn, purge_broker
+from tests.support.wait import wait_for
+
+BENCH_DIR = Path(__file__).resolve().parent
+BARE = "/api/bench/bare-append"
+APP = "/api/v1/reflexion/triggers"
+DISPATCHER = "import django; django.setup()\nfrom lessonq.outbox import Dispatcher\nDispatcher().run()\n"
 
 
-def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-    threads = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-    bench_queue_env.reset_queue()
-    token = issue_token("bench", ["ingest"]).plaintext
-    server = Gunicorn(env=bench_queue_env.env(), workers=2).wait_ready()
+def outbox_drained() -> float:
+    """Seconds until the dispatcher has sent every owed message."""
+    t0 = time.perf_counter()
+    wait_for(lambda: not Outbox.objects.exists(), timeout=120, interval=0.01, what="the outbox sent")
+    return time.perf_counter() - t0
+
+
+def run_round(port: int, path: str, token: str, tag: str, n: int, threads: int) -> tuple[float, float, dict[int, int]]:
+    """``(requests/s, p50 ms, statuses)`` of ``n`` distinct triggers posted by ``threads`` clients."""
     latencies: list[float] = []
     statuses: dict[int, int] = {}
     lock = threading.Lock()
     counter = iter(range(n))
 
     def client() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         while True:
             with lock:
                 i = next(counter, None)
             if i is None:
                 break
-            body = json.dumps({"task": f"bench {i}", "output": "out " * 100, "error": "boom", "agent": "bench"})
+            body = json.dumps({"task": f"bench {tag} {i}", "output": "out " * 100, "error": "boom", "agent": "bench"})
             t0 = time.perf_counter()
             conn.request(
                 "POST",
-                "/api/v1/reflexion/triggers",
+                path,
                 body=body,
                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
             )
@@ -54,21 +75,60 @@ def main() -> None:
                 statuses[response.status] = statuses.get(response.status, 0) + 1
         conn.close()
 
-    try:
-        t0 = time.perf_counter()
-        pool = [threading.Thread(target=client) for _ in range(threads)]
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join()
-        total = time.perf_counter() - t0
-    finally:
-        server.stop()
-    ordered = sorted(latencies)
-    p = lambda q: ordered[min(len(ordered) - 1, int(len(ordered) * q))] * 1000  # noqa: E731
-    print(f"gunicorn 2 workers, {threads} client threads, {n} requests, statuses {statuses}")
-    print(f"{n / total:.1f} requests/s   p50 {p(0.5):.1f} ms   p99 {p(0.99):.1f} ms   max {ordered[-1] * 1000:.1f} ms")
+    t0 = time.perf_counter()
+    pool = [threading.Thread(target=client) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    total = time.perf_counter() - t0
+    return n / total, bench_queue_env.percentile(latencies, 50) * 1000, statuses
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    threads = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     bench_queue_env.reset_queue()
+    token = issue_token("bench", ["ingest"]).plaintext
+    env = bench_queue_env.env(
+        DJANGO_SETTINGS_MODULE="bench_ingest_settings",
+        PYTHONPATH=os.pathsep.join([str(BENCH_DIR), str(BENCH_DIR.parent)]),
+        LESSONBOARD_LLM_BASE_URL="http://127.0.0.1:9/v1",  # configured, never called: the publish path runs
+        LESSONBOARD_LLM_MODEL="bench",
+        LESSONQ_CAPACITY=str(n * rounds + 100),
+    )
+    server = Gunicorn(env=env, workers=2).wait_ready()
+    dispatcher = subprocess.Popen([sys.executable, "-c", DISPATCHER], cwd=ROOT, env=env)
+    figures: dict[str, list[tuple[float, float]]] = {BARE: [], APP: []}
+    try:
+        for path in (BARE, APP):  # warm both (imports, connections)
+            run_round(server.port, path, token, f"warm{path}", 50, threads)
+        outbox_drained()
+        for r in range(rounds):
+            for path in (BARE, APP):
+                rate, p50, statuses = run_round(server.port, path, token, f"{r}{path}", n, threads)
+                assert set(statuses) == {202}, statuses
+                figures[path].append((rate, p50))
+                sent = (
+                    f", all messages sent {outbox_drained() * 1000:.0f} ms after the last answer" if path == APP else ""
+                )
+                print(
+                    f"round {r + 1} {'bare append' if path == BARE else 'lessonboard'}: {rate:.0f} req/s, p50 {p50:.1f} ms{sent}"
+                )
+    finally:
+        dispatcher.terminate()
+        dispatcher.wait(timeout=30)
+        server.stop()
+    med = {
+        path: (statistics.median(r for r, _ in f), statistics.median(p for _, p in f)) for path, f in figures.items()
+    }
+    print(f"gunicorn 2 workers, {threads} client threads, {rounds} rounds x {n} distinct triggers each, medians:")
+    print(f"lessonboard ingest       : {med[APP][0]:.0f} req/s, p50 {med[APP][1]:.1f} ms")
+    print(f"bare durable-append view : {med[BARE][0]:.0f} req/s, p50 {med[BARE][1]:.1f} ms")
+    print(f"ratio lessonboard / bare : {med[APP][0] / med[BARE][0]:.2f}")
+    bench_queue_env.reset_queue()
+    purge_broker()
 
 
 if __name__ == "__main__":

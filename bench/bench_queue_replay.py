@@ -1,5 +1,5 @@
-"""Replay of many WAL records (default 100,000): records/s for the WAL scan alone and for a full replay
-(parse, adopt as rows in bulk, dispatch up to capacity).
+"""Replay of many WAL records (default 100,000): records/s of a full replay (scan, adopt as rows in bulk,
+dispatch up to capacity) next to its anchor, the WAL scan alone (read + CRC + JSON) in the same run.
 
     .venv/bin/python bench/bench_queue_replay.py [N]
 
@@ -19,6 +19,7 @@ from lessonq import reconcile
 from lessonq.models import Job
 from lessonq.paths import wal
 from lessonq.wal import WalJob, frame
+from tests.support.processes import purge_broker
 
 
 def main() -> None:
@@ -50,12 +51,18 @@ def main() -> None:
     report = reconcile.replay()
     full = time.perf_counter() - t0
     print(f"full replay (adopt + dispatch): {n} records in {full:.2f}s = {n / full:,.0f} records/s  {report.as_dict()}")
+    print(
+        f"ratio replay / scan alone: {scan / full:.2f}; published {report.dispatched} messages "
+        f"(capacity {settings.LESSONQ_CAPACITY}; the rest wait undispatched for room)"
+    )
     assert Job.objects.count() == n
+    assert report.dispatched <= settings.LESSONQ_CAPACITY
     t0 = time.perf_counter()
     report = reconcile.replay()
     again = time.perf_counter() - t0
     print(f"second replay (rows exist)   : {n} records in {again:.2f}s = {n / again:,.0f} records/s")
     bench_queue_env.reset_queue()
+    purge_broker()
     for path in directory.glob("*.wal"):
         path.unlink()
 

@@ -1,14 +1,18 @@
-"""Retrieval quality on tests/data/retrieval_eval.jsonl for both local embedders and a grid of branch
-weights: recall@1, recall@5, MRR for keyword-only, vector-only, tags-only and fused. Also embedding
-throughput on the set. Picks nothing by itself: the README quotes the figures and the chosen defaults.
+"""Retrieval quality on tests/data/retrieval_eval.jsonl for the local embedders: recall@1, recall@5 and
+MRR per query kind (the original set; next-task queries, tuning and held-out halves of the first 60 and of
+batch 2, the 60 added later; Portuguese), for
+keyword-only, vector-only and fused rankings over a grid of text weights, and the floor: how many
+off-topic queries (tuning and held-out halves) get an empty answer and how many on-topic ones lose
+theirs, per margin. Picks nothing by itself: docs/lessons.md quotes the figures and the chosen defaults.
 
-    .venv/bin/python bench/bench_retrieval_eval.py
+    .venv/bin/python bench/bench_retrieval_eval.py [--models use e5 minilm]
 """
 
 from __future__ import annotations
 
-import itertools
+import argparse
 import time
+from collections.abc import Callable
 
 import bench_lessons_db
 
@@ -20,87 +24,131 @@ from lessons import embeddings, evaluation, retrieval, vectors  # noqa: E402
 from lessons.models import Lesson  # noqa: E402
 
 EVAL = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval.jsonl"
+MARGINS = (-0.05, -0.03, -0.02, -0.01, 0.0, 0.005, 0.01, 0.02)
+TEXT_WEIGHTS = (0.0, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+def fused_ranking(
+    rankings: dict[str, dict[str, list[tuple[int, float]]]], weights: retrieval.Weights
+) -> Callable[[str], list[int]]:
+    def ranked(phrase: str) -> list[int]:
+        present = {b: rows for b, rows in rankings[phrase].items() if weights.of(b) > 0}
+        return [pk for pk, _, _ in retrieval.fuse(present, weights, settings.LESSONS_RRF_K)]
+
+    return ranked
+
+
+def query_embedding_ms(models: list[str], texts: list[str], rounds: int = 3) -> dict[str, float]:
+    """Milliseconds per query embedding of each model, measured in turns over the same tasks in the same
+    run (the machine is shared: compare the ratios, not the figures)."""
+    providers = {model: embeddings.load("local", model) for model in models}
+    for provider in providers.values():
+        assert provider is not None
+        provider.embed_query("warm up")
+    spent = dict.fromkeys(models, 0.0)
+    for _ in range(rounds):
+        for text in texts:
+            for model, provider in providers.items():
+                assert provider is not None
+                start = time.perf_counter()
+                provider.embed_query(text)
+                spent[model] += time.perf_counter() - start
+    return {model: spent[model] / (rounds * len(texts)) * 1000 for model in models}
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", nargs="+", default=["use", "e5", "minilm"], choices=["use", "e5", "minilm"])
+    args = parser.parse_args()
     data = evaluation.load(EVAL)
+    kinds = {
+        "original": evaluation.subset(data, query_type="original"),
+        "next-task tune": evaluation.subset(data, query_type="next-task", split="tune", batch=1),
+        "next-task held": evaluation.subset(data, query_type="next-task", split="heldout", batch=1),
+        "batch-2 tune": evaluation.subset(data, query_type="next-task", split="tune", batch=2),
+        "batch-2 held": evaluation.subset(data, query_type="next-task", split="heldout", batch=2),
+    }
+    pt = evaluation.EvalSet(data.lessons, [q for q in data.queries if q.get("lang") == "pt" and q["relevant"]])
+    off = {
+        s: evaluation.subset(data, query_type="off-topic", split=s).queries for s in ("tune", "heldout", "heldout-2")
+    }
+    on_topic = [q for q in data.queries if q["relevant"]]
     print(
-        f"{len(data.lessons)} lessons, {len(data.queries)} queries; RRF k={settings.LESSONS_RRF_K}, depth {settings.LESSONS_RRF_DEPTH}"
+        f"{len(data.lessons)} lessons, {len(data.queries)} queries "
+        f"({', '.join(f'{k} {len(v.queries)}' for k, v in kinds.items())}, pt next-task {len(pt.queries)}, "
+        f"off-topic {len(off['tune'])}+{len(off['heldout'])}+{len(off['heldout-2'])}); RRF k={settings.LESSONS_RRF_K}, "
+        f"depth {settings.LESSONS_RRF_DEPTH}"
     )
-    for model in ("minilm", "e5"):
+    timing = query_embedding_ms(args.models, [q["query"] for q in data.queries[:60]])
+    anchor = "e5" if "e5" in timing else args.models[0]
+    print(
+        "query embedding (same run, in turns, 60 tasks × 3): "
+        + ", ".join(f"{m} {ms:.1f} ms ({ms / timing[anchor]:.2f}× {anchor})" for m, ms in timing.items())
+    )
+    for model in args.models:
         settings.LESSONS_EMBEDDING_PROVIDER = "local"
         settings.LESSONS_EMBEDDING_LOCAL_MODEL = model
+        settings.LESSONS_EMBEDDING_DIMENSIONS = embeddings.LOCAL_DIMENSIONS[model]
+        # The model's own measured defaults (lessonboard/settings.py), as a deployment running it gets them.
+        settings.LESSONS_WEIGHT_TEXT = settings.LESSONS_MODEL_DEFAULTS[model]["weight_text"]
+        settings.LESSONS_FLOOR_MARGIN = settings.LESSONS_MODEL_DEFAULTS[model]["floor_margin"]
         bench_lessons_db.empty_lessons()
+        if vectors.column_dimensions() != settings.LESSONS_EMBEDDING_DIMENSIONS:
+            vectors.resize_column(settings.LESSONS_EMBEDDING_DIMENSIONS)
         ids = evaluation.store(data)
-        start = time.perf_counter()
         provider = embeddings.provider()
-        load_s = time.perf_counter() - start
+        assert provider is not None
         start = time.perf_counter()
         vectors.embed_pending()
         embed_s = time.perf_counter() - start
         assert Lesson.objects.filter(embedding__isnull=True).count() == 0
-        print(
-            f"\n== {model} ({provider.model_id if provider else '-'}): load {load_s:.2f}s, "
-            f"embedded {len(data.lessons)} lessons in {embed_s:.2f}s ({len(data.lessons) / embed_s:.0f}/s)"
-        )
-        rankings: dict[str, dict[str, list[tuple[int, float]]]] = {}
+        print(f"\n== {model} ({provider.model_id}): embedded {len(data.lessons)} lessons in {embed_s:.2f}s")
         base = Lesson.objects.active()
         depth = settings.LESSONS_RRF_DEPTH
+        rankings: dict[str, dict[str, list[tuple[int, float]]]] = {}
+        gaps: dict[str, float] = {}
         start = time.perf_counter()
         for query in data.queries:
             q = query["query"]
-            vector = provider.embed_query(q)  # type: ignore[union-attr]
-            rankings[q] = {
-                "text": retrieval.text_branch(q, base, depth),
-                "vector": retrieval.vector_branch(vector, base, depth, provider.model_id),  # type: ignore[union-attr]
-                "tags": retrieval.tag_branch(q, base, depth),
-            }
+            vector = provider.embed_query(q)
+            vec = retrieval.vector_branch(vector, base, depth, provider.model_id)
+            rankings[q] = {"text": retrieval.text_branch(q, base, depth), "vector": vec}
+            check = retrieval.floor_check(vector, vec[0][1], provider)
+            gaps[q] = check["best_similarity"] - check["background_similarity"]
         per_query_ms = (time.perf_counter() - start) / len(data.queries) * 1000
-        print(f"three branches per query: {per_query_ms:.1f} ms (incl. query embedding)")
+        print(f"text + vector branches and the floor: {per_query_ms:.1f} ms per query (incl. query embedding)")
 
-        def run(weights: retrieval.Weights, rankings: dict = rankings, ids: dict = ids) -> evaluation.Metrics:
-            def ranked(phrase: str) -> list[int]:
-                present = {b: rows for b, rows in rankings[phrase].items() if weights.of(b) > 0}
-                return [pk for pk, _, _ in retrieval.fuse(present, weights, settings.LESSONS_RRF_K)]
+        def row(label: str, weights: retrieval.Weights, ids: dict = ids, rankings: dict = rankings) -> None:
+            ranked = fused_ranking(rankings, weights)
+            cells = [evaluation.measure(s, ids, ranked) for s in (*kinds.values(), pt)]
+            print(f"  {label:<17}" + " | ".join(f"{m.recall_at_1:.3f}/{m.recall_at_5:.3f}/{m.mrr:.3f}" for m in cells))
 
-            return evaluation.measure(data, ids, ranked)
+        print("  R@1/R@5/MRR       " + " | ".join(f"{k:<17}" for k in (*kinds, "pt next-task")))
+        row("keyword-only", retrieval.Weights(1, 0, 0))
+        row("vector-only", retrieval.Weights(0, 1, 0))
+        for text in TEXT_WEIGHTS[1:]:
+            row(f"fused text={text}", retrieval.Weights(text, 1, 0))
+        print(f"  defaults (text={settings.LESSONS_WEIGHT_TEXT}):")
+        row("defaults", retrieval.Weights.from_settings())
+        print("  floor (best lesson − closest background sentence ≥ margin):")
+        for margin in MARGINS:
+            answered = {s: sum(1 for q in off[s] if gaps[q["query"]] >= margin) for s in off}
+            emptied = [q for q in on_topic if gaps[q["query"]] < margin]
+            ranked = fused_ranking(rankings, retrieval.Weights.from_settings())
 
-        print(run(retrieval.Weights(1, 0, 0)).line("keyword-only"))
-        print(run(retrieval.Weights(0, 1, 0)).line("vector-only"))
-        print(run(retrieval.Weights(0, 0, 1)).line("tags-only"))
-        print(run(retrieval.Weights(1, 1, 1)).line("equal 1/1/1"))
-        grid = []
-        for text, tags in itertools.product(
-            (0.0, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0), (0.0, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
-        ):
-            metrics = run(retrieval.Weights(text, 1.0, tags))
-            grid.append((metrics.recall_at_5, metrics.mrr, text, tags, metrics))
-        grid.sort(key=lambda row: (-(row[0] + row[1]), -row[0]))
-        portuguese = evaluation.EvalSet(
-            data.lessons, [q for q in data.queries if any(i.startswith("pt-") for i in q["relevant"])]
-        )
-        defaults = retrieval.Weights.from_settings()
+            def floored(phrase: str, margin: float = margin, ranked=ranked, gaps: dict = gaps) -> list[int]:
+                return ranked(phrase) if gaps[phrase] >= margin else []
 
-        def run_pt(
-            weights: retrieval.Weights,
-            rankings: dict = rankings,
-            ids: dict = ids,
-            subset: evaluation.EvalSet = portuguese,
-        ) -> evaluation.Metrics:
-            def ranked(phrase: str) -> list[int]:
-                present = {b: rows for b, rows in rankings[phrase].items() if weights.of(b) > 0}
-                return [pk for pk, _, _ in retrieval.fuse(present, weights, settings.LESSONS_RRF_K)]
-
-            return evaluation.measure(subset, ids, ranked)
-
-        print(run(defaults).line("defaults"))
-        print(f"{len(portuguese.queries)} queries about Portuguese lessons:")
-        print("  " + run_pt(retrieval.Weights(1, 0, 0)).line("keyword-only"))
-        print("  " + run_pt(retrieval.Weights(0, 1, 0)).line("vector-only"))
-        print("  " + run_pt(defaults).line("defaults"))
-        print("best weights by recall@5 + MRR (text, vector=1, tags):")
-        for _r5, _mrr, text, tags, metrics in grid[:8]:
-            print("  " + metrics.line(f"t={text} g={tags}"))
+            held = evaluation.measure(kinds["next-task held"], ids, floored)
+            held2 = evaluation.measure(kinds["batch-2 held"], ids, floored)
+            orig = evaluation.measure(kinds["original"], ids, floored)
+            print(
+                f"    margin {margin:+.3f}: off-topic answered {answered['tune']}/{len(off['tune'])} (tune) "
+                f"{answered['heldout']}/{len(off['heldout'])} (held-out) "
+                f"{answered['heldout-2']}/{len(off['heldout-2'])} (held-out 2); on-topic emptied {len(emptied)}/{len(on_topic)}; "
+                f"with the floor R@5 original {orig.recall_at_5:.3f}, next-task held-out {held.recall_at_5:.3f}, "
+                f"batch-2 held-out {held2.recall_at_5:.3f}"
+            )
 
 
 if __name__ == "__main__":

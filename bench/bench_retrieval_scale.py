@@ -38,13 +38,53 @@ TOPICS = (
 MODEL_ID = embeddings.expected_model_id() or "synthetic"  # so search() uses these rows
 
 
+HYBRID_QUERIES = 100
 NOISE = 1.5  # per-vector noise norm relative to the cluster centre (--noise)
+E5_NOISE = 0.7  # isotropic noise of --shape e5, relative to a real residual's norm (matched to real e5 neighbours)
 
 
 def synthetic(n: int, rnd: np.random.Generator, centres: np.ndarray) -> np.ndarray:
     labels = rnd.integers(0, len(centres), size=n)
     vectors = centres[labels] + NOISE * rnd.standard_normal((n, DIMS), dtype=np.float32) / np.sqrt(DIMS)
     return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+
+
+def e5_shaped(n: int, rnd: np.random.Generator, real: np.ndarray) -> np.ndarray:
+    """Vectors shaped like real e5 lesson embeddings: the real mean direction (e5 is anisotropic: two
+    unrelated lessons have cosine ~0.83) plus a random mix of three real lessons' residuals and a little
+    isotropic noise, so nearest neighbours are only a few hundredths closer than a random pair."""
+    mean = real.mean(axis=0)
+    residuals = real - mean
+    picks = rnd.integers(0, len(real), size=(n, 3))
+    mix = rnd.dirichlet(np.ones(3), size=n).astype(np.float32)
+    spread = float(np.linalg.norm(residuals, axis=1).mean())
+    noise = rnd.standard_normal((n, DIMS), dtype=np.float32) * (E5_NOISE * spread / np.sqrt(DIMS))
+    vectors = mean + np.einsum("nk,nkd->nd", mix, residuals[picks]) + noise
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+
+
+def real_lesson_vectors() -> np.ndarray:
+    """The configured model's vectors of the eval set's lessons (tests/data/retrieval_eval.jsonl), made as
+    the store makes them (whole text, plus the situation alone for a model that adds it)."""
+    from lessons import evaluation
+
+    data = evaluation.load(bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval.jsonl")
+    provider = embeddings.provider()
+    assert provider is not None
+    texts = [" ".join([lesson["situation"], lesson["mistake"], lesson["correction"]]) for lesson in data.lessons]
+    vectors = provider.embed_documents(texts)
+    if getattr(provider, "situation_vector", False):
+        vectors = vectors + provider.embed_documents([lesson["situation"] for lesson in data.lessons])
+        vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors.astype(np.float32)
+
+
+def neighbour_stats(vectors: np.ndarray) -> str:
+    """Nearest-neighbour and random-pair cosine medians of a sample: how clustered a vector set is."""
+    sims = vectors @ vectors.T
+    np.fill_diagonal(sims, -2.0)
+    pairs = sims[np.triu_indices(len(vectors), 1)]
+    return f"nearest-neighbour cosine p50 {np.median(sims.max(axis=1)):.3f}, random pair p50 {np.median(pairs):.3f}"
 
 
 def text(rnd: random.Random, words: int) -> str:
@@ -64,7 +104,7 @@ def load(n: int, vectors: np.ndarray) -> float:
     columns = (
         "situation, mistake, correction, tags, trigger, content, fact_id, category, confidence, provenance, "
         "access_count, last_accessed, score, agent, status, created_at, updated_at, embedding, embedding_model, "
-        "chatcli_extra"
+        "chatcli_extra, lang"
     )
     with raw.cursor() as cur, cur.copy(f"COPY lessons_lesson ({columns}) FROM STDIN WITH (FORMAT BINARY)") as copy:
         copy.set_types(
@@ -89,6 +129,7 @@ def load(n: int, vectors: np.ndarray) -> float:
                 "vector",
                 "varchar",
                 "jsonb",
+                "varchar",
             ]
         )
         now = time.time()
@@ -120,6 +161,7 @@ def load(n: int, vectors: np.ndarray) -> float:
                     vectors[i],
                     MODEL_ID,
                     "{}",
+                    "en",
                 )
             )
     raw.commit() if not raw.autocommit else None
@@ -143,11 +185,17 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def run(n: int, queries: int, sweep: list[int], reuse: bool) -> None:
+def run(n: int, queries: int, sweep: list[int], reuse: bool, real: np.ndarray | None) -> None:
     rnd = np.random.default_rng(n)
     centres = rnd.standard_normal((max(50, n // 100), DIMS), dtype=np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    vectors = synthetic(n, rnd, centres)  # deterministic per n: --reuse finds the same rows
+
+    def generate(count: int) -> np.ndarray:
+        return synthetic(count, rnd, centres) if real is None else e5_shaped(count, rnd, real)
+
+    vectors = generate(n)  # deterministic per n and shape: --reuse finds the same rows
+    if real is not None:
+        print(f"e5-shaped sample of {len(real)}: {neighbour_stats(vectors[: len(real)])}")
     if reuse and Lesson.objects.filter(embedding_model=MODEL_ID).count() == n:
         print(f"\n== {n:,} lessons: reusing the loaded table and its HNSW index")
     else:
@@ -155,7 +203,7 @@ def run(n: int, queries: int, sweep: list[int], reuse: bool) -> None:
         index_s = build_index()
         print(f"\n== {n:,} lessons: COPY {load_s:.1f}s, HNSW build {index_s:.1f}s (m=16, ef_construction=64)")
     ids = np.array(Lesson.objects.order_by("id").values_list("id", flat=True))
-    qvec = synthetic(queries, rnd, centres)
+    qvec = generate(queries)
     base = Lesson.objects.active()
     retrieval.reset_term_stats()
     recalls, vec_ms, text_ms = [], [], []
@@ -171,15 +219,54 @@ def run(n: int, queries: int, sweep: list[int], reuse: bool) -> None:
         start = time.perf_counter()
         retrieval.text_branch(phrase, base, settings.LESSONS_RRF_DEPTH)
         text_ms.append((time.perf_counter() - start) * 1000)
-    hybrid_ms = []
-    for phrase in phrases[:50]:  # the real query embedding, HNSW over the synthetic vectors, full text
+    # The anchor: raw pgvector HNSW SQL on the same table, in the same run, for the same tasks' query
+    # vectors, at the vector branch's depth. A warm-up pass runs both over every task first (the first
+    # to touch an HNSW page pays its read), then each task is timed both ways, interleaved. search()
+    # embeds the task (distinct tasks: every one misses the query-vector cache); the floor is computed
+    # but does not empty the answer (the synthetic vectors are nowhere near a real task's).
+    embedder = embeddings.provider()
+    assert embedder is not None
+    tasks = phrases[:HYBRID_QUERIES]
+    task_vectors = [embedder.embed_query(task) for task in tasks]
+
+    def anchor_sql(vector: np.ndarray) -> float:
         start = time.perf_counter()
-        retrieval.search(phrase, k=5)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM lessons_lesson ORDER BY embedding <=> %s::vector LIMIT %s",
+                [str(vector.tolist()), settings.LESSONS_RRF_DEPTH],
+            )
+            cursor.fetchall()
+        return (time.perf_counter() - start) * 1000
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET hnsw.ef_search = %s", [settings.LESSONS_HNSW_EF_SEARCH])
+    for task, vector in zip(tasks, task_vectors, strict=True):
+        anchor_sql(vector)
+        retrieval.search(task, k=5, floor=False)
+    retrieval.query_vectors().clear()
+    anchor_ms, hybrid_ms = [], []
+    for task, vector in zip(tasks, task_vectors, strict=True):
+        anchor_ms.append(anchor_sql(vector))
+        start = time.perf_counter()
+        retrieval.search(task, k=5, floor=False)
         hybrid_ms.append((time.perf_counter() - start) * 1000)
+    with connection.cursor() as cursor:
+        cursor.execute("RESET hnsw.ef_search")
+    cached_ms = []
+    for task in tasks:  # the same tasks again: query vectors from the LRU cache
+        start = time.perf_counter()
+        retrieval.search(task, k=5, floor=False)
+        cached_ms.append((time.perf_counter() - start) * 1000)
+    embed_ms = []
+    for task in tasks[:30]:
+        start = time.perf_counter()
+        embedder.embed_query(task + " ")
+        embed_ms.append((time.perf_counter() - start) * 1000)
     provider = settings.LESSONS_EMBEDDING_PROVIDER
     settings.LESSONS_EMBEDDING_PROVIDER = "none"
     lexical_ms = []
-    for phrase in phrases[:50]:
+    for phrase in tasks:
         start = time.perf_counter()
         retrieval.search(phrase, k=5)
         lexical_ms.append((time.perf_counter() - start) * 1000)
@@ -189,7 +276,15 @@ def run(n: int, queries: int, sweep: list[int], reuse: bool) -> None:
     print(f"full-text branch (top 20): p50 {pct(text_ms, 50):7.1f} ms  p95 {pct(text_ms, 95):7.1f} ms")
     print(f"search() lexical only:     p50 {pct(lexical_ms, 50):7.1f} ms  p95 {pct(lexical_ms, 95):7.1f} ms")
     print(f"search() hybrid:           p50 {pct(hybrid_ms, 50):7.1f} ms  p95 {pct(hybrid_ms, 95):7.1f} ms", end="")
-    print(f"  (incl. the {settings.LESSONS_EMBEDDING_LOCAL_MODEL} query embedding)")
+    print(f"  (incl. the {settings.LESSONS_EMBEDDING_LOCAL_MODEL} query embedding, {HYBRID_QUERIES} distinct tasks)")
+    print(f"search() hybrid, cached:   p50 {pct(cached_ms, 50):7.1f} ms  p95 {pct(cached_ms, 95):7.1f} ms")
+    print(f"query embedding alone:     p50 {pct(embed_ms, 50):7.1f} ms  p95 {pct(embed_ms, 95):7.1f} ms")
+    anchor = pct(anchor_ms, 95)
+    print(f"anchor raw HNSW SQL:       p50 {pct(anchor_ms, 50):7.1f} ms  p95 {anchor:7.1f} ms")
+    print(
+        f"ratio p95 search()/raw SQL: hybrid {pct(hybrid_ms, 95) / anchor:.1f}x, cached {pct(cached_ms, 95) / anchor:.1f}x, "
+        f"lexical {pct(lexical_ms, 95) / anchor:.1f}x"
+    )
     default_ef = settings.LESSONS_HNSW_EF_SEARCH
     exact_sets = [set(ids[np.argpartition(-(vectors @ q), 10)[:10]].tolist()) for q in qvec]
     for ef in sweep:
@@ -211,14 +306,26 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--noise", type=float, default=NOISE, help="0 = tight clusters; 3+ = nearly uniform")
+    parser.add_argument(
+        "--shape",
+        choices=("clusters", "e5"),
+        default="clusters",
+        help="clusters: random centres + noise; e5: shaped like real e5 lesson vectors (see e5_shaped)",
+    )
     parser.add_argument("--ef-sweep", type=int, nargs="*", default=[40, 200, 400], help="extra hnsw.ef_search values")
     parser.add_argument("--reuse", action="store_true", help="keep a table of the same size already loaded")
     parser.add_argument("--keep", action="store_true", help="leave the last table loaded (for --reuse)")
     args = parser.parse_args()
     globals()["NOISE"] = args.noise
-    print(f"synthetic vectors: {DIMS} dims, cluster centres + noise {args.noise}; {args.queries} queries")
+    real = None
+    if args.shape == "e5":
+        real = real_lesson_vectors()
+        print(f"synthetic vectors: {DIMS} dims, e5-shaped; {args.queries} queries")
+        print(f"real lesson vectors of {settings.LESSONS_EMBEDDING_LOCAL_MODEL} ({len(real)}): {neighbour_stats(real)}")
+    else:
+        print(f"synthetic vectors: {DIMS} dims, cluster centres + noise {args.noise}; {args.queries} queries")
     for n in args.sizes:
-        run(n, args.queries, args.ef_sweep, args.reuse)
+        run(n, args.queries, args.ef_sweep, args.reuse, real)
     if not args.keep:
         bench_lessons_db.empty_lessons()
         build_index()

@@ -1,12 +1,16 @@
 """Bulk retry of 10,000 dead jobs end to end: the preview (count + eligibility) and the confirm step
 (freezing the ids) as the web process does them, then the background run through a real Celery worker
-(each job: DLQ record → WAL append with fsync, row back to pending, publish, DLQ record removed, audit).
+(per chunk of 100: WAL records written with an fsync each and one directory fsync, one UPDATE back to
+pending, dispatch within capacity, DLQ records removed, one audit row). Anchor, same run: the disk
+floor, writing the same number of records the same way (fsync each, one directory fsync per 100)
+into a scratch directory.
 
     .venv/bin/python bench/bench_triage_bulk.py [N]
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 import uuid
@@ -16,10 +20,12 @@ import bench_triage_env
 from django.conf import settings
 from django.utils import timezone
 
-from lessonq import bulk, triage
+from lessonq import bulk
 from lessonq.models import Job
 from lessonq.paths import dlq, wal
-from lessonq.triage_models import BulkAction, BulkItem
+from lessonq.triage import queries as triage
+from lessonq.triage.models import BulkAction, BulkItem
+from lessonq.wal import Wal, WalJob
 from tests.support.processes import CeleryWorker
 from tests.support.wait import wait_for
 
@@ -52,6 +58,20 @@ def build(n: int) -> None:
     for job in rows:
         dlq().append(job.wal_job())
     print(f"{n} dead jobs with DLQ records (record writes: {n / (time.perf_counter() - t0):.0f}/s)")
+
+
+def disk_floor(n: int) -> float:
+    """Seconds to write ``n`` WAL records with an fsync each and one directory fsync per 100."""
+    scratch = Wal(dlq().dir.parent / "bench-floor", quarantine_dir=dlq().dir.parent / "bench-floor-q")
+    now = timezone.now()
+    records = [WalJob(id=f"{i:016x}", task=f"floor {i}", trigger="error", enqueued_at=now) for i in range(n)]
+    t0 = time.perf_counter()
+    for start in range(0, n, 100):
+        scratch.append_many(records[start : start + 100])
+    elapsed = time.perf_counter() - t0
+    shutil.rmtree(scratch.dir)
+    shutil.rmtree(scratch.quarantine_dir, ignore_errors=True)
+    return elapsed
 
 
 def main() -> None:
@@ -87,6 +107,9 @@ def main() -> None:
         f"background run: {done.state}, {ok}/{n} retried in {t_run:.1f} s = {n / t_run:.0f} jobs/s "
         f"(1 worker process; WAL records now {wal().count()}, DLQ records {dlq().count()})"
     )
+    floor = disk_floor(n)
+    print(f"anchor: {n} records written with fsync each + a directory fsync per 100: {floor:.1f} s")
+    print(f"ratio bulk retry / disk floor: {t_run / floor:.1f}")
     Job.objects.filter(node=settings.LESSONQ_QUEUE).delete()
     for name in wal().names():
         wal().ack(name.removesuffix(".wal"))

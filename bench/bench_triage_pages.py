@@ -21,8 +21,8 @@ from django.test import Client
 from django.utils import timezone
 
 from lessonboard.models import Workspace
-from lessonq import triage
 from lessonq.models import Job
+from lessonq.triage import queries as triage
 from tests.factories import UserFactory
 
 ERRORS = [

@@ -1,4 +1,4 @@
-"""Figures for gated memory writes (issue 6): the review pass, the store's planning, approvals, the queue page.
+"""Figures for gated memory writes: the review pass, the store's planning, approvals, the queue page.
 
     .venv/bin/python bench/review_bench.py [--proposals 400]
 
