@@ -209,3 +209,12 @@ def login(live_server: Any) -> Callable[[Any, str], None]:
         page.wait_for_url(lambda url: "/accounts/login/" not in url)
 
     return do
+
+
+@pytest.fixture(autouse=True)
+def _no_embed_task_pending_from_an_earlier_test() -> None:
+    """A new lesson sends no ``embed_new`` task while one is pending (``lessons.vectors``); an earlier
+    test's pending one may never run here (the broker gets purged), so each test starts without it."""
+    from lessons.vectors import disarm_embed_new
+
+    disarm_embed_new()

@@ -31,6 +31,12 @@ for stale in ("metrics", "broker", "cache"):
 (DATA_DIR / "metrics").mkdir()
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(DATA_DIR / "metrics")
 os.environ.setdefault("LESSONBOARD_NODE", "testnode")
+# Tests start and stop many short-lived nodes; only the failover tests let a worker adopt the jobs of a
+# node whose lease ran out (tests/lessonq/test_failover.py turns it on for its own workers).
+os.environ.setdefault("LESSONQ_FAILOVER", "false")
+# Scrapes from loopback (the test client, gunicorn under test) are allowed, as a Prometheus on the same
+# host would be; tests/lessonboard/test_security.py checks the token and the deny path.
+os.environ.setdefault("LESSONBOARD_METRICS_ALLOWED_ADDRESSES", "127.0.0.1,::1")
 for name in ("LESSONBOARD_LLM_BASE_URL", "LESSONBOARD_LLM_MODEL", "LESSONBOARD_LLM_API_KEY", "OPENAI_API_KEY"):
     os.environ.pop(name, None)
 

@@ -75,7 +75,13 @@ class FakeOpenAIServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def start(self) -> FakeOpenAIServer:
+    @property
+    def port(self) -> int:
+        assert self._httpd is not None, "server not started"
+        return int(self._httpd.server_address[1])
+
+    def start(self, port: int = 0) -> FakeOpenAIServer:
+        """Listen on ``port`` (0: any free one; pass the old port to bring a stopped server back)."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -126,7 +132,8 @@ class FakeOpenAIServer:
                 except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
                     pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._released.clear()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._httpd.daemon_threads = True
         threading.Thread(target=self._httpd.serve_forever, name="fake-openai", daemon=True).start()
         return self

@@ -44,3 +44,14 @@ def test_event_text_is_escaped(client_as, carol):
     body = client_as(carol).get("/audit/").content.decode()
     assert "<script>alert(1)</script>" not in body
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+
+
+def test_a_workspace_event_links_the_workspace_page_by_its_slug(client_as, carol):
+    from lessonboard.models import Workspace
+
+    workspace = Workspace.objects.create(slug="payments", name="Payments")
+    AuditEvent.record("workspace.create", object_type="workspace", object_ids=[workspace.pk])
+    AuditEvent.record("workspace.create", object_type="workspace", object_ids=[987654])  # deleted since
+    page = client_as(carol).get("/audit/").content.decode()
+    assert 'href="/workspaces/payments/"' in page
+    assert f'href="/workspaces/{workspace.pk}/"' not in page and "/workspaces/987654/" not in page

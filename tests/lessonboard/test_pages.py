@@ -6,7 +6,7 @@ from lessonboard.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 
-PUBLIC = {"healthz", "readyz", "metrics", "login"}
+PUBLIC = {"healthz", "readyz", "metrics", "login", "mcp"}  # mcp: bearer tokens, 401 JSON
 
 
 def _page_urls(resolver=None, prefix=""):

@@ -1,5 +1,5 @@
 """Crash safety: kill -9 a worker child mid-job, and die (fault injection) at each step of the effect
-orders in ARCHITECTURE.md. After restart the invariant holds, every accepted job ends in exactly one
+orders in docs/architecture.md#order-of-effects. After restart the invariant holds, every accepted job ends in exactly one
 terminal state, and no job produced two lessons."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from lessonq import reconcile
 from lessonq.ingest import LessonRequest, enqueue
-from lessonq.models import ACTIVE, Job, JobAttempt, JobState
+from lessonq.models import ACTIVE, Job, JobAttempt, JobState, Outbox
 from lessonq.paths import dlq, expired_dir, wal
 from lessons.models import Lesson
 from tests.fakes.openai_server import Reply
@@ -32,7 +32,7 @@ def submit(task: str = "crash me") -> str:
 
 
 def assert_invariant() -> None:
-    """ARCHITECTURE.md's table, for every job of this node."""
+    """The invariant table (docs/architecture.md#invariant), for every job of this node."""
     for job in Job.objects.for_this_node():
         in_wal, in_dlq = wal().exists(job.pk), dlq().exists(job.pk)
         if job.state in ACTIVE:
@@ -146,16 +146,25 @@ def run_dying(code: str, point: str, queue_dir: Path) -> subprocess.CompletedPro
     )
 
 
-@pytest.mark.parametrize("point", ["wal.append.after_tmp", "ingest.after_wal", "ingest.after_row"])
+@pytest.mark.parametrize(
+    "point", ["wal.append.after_tmp", "ingest.after_wal", "ingest.after_row", "outbox.before_send"]
+)
 def test_a_crash_during_ingest_is_repaired(point: str, queue_dir: Path, fake_openai: Any, lesson_worker: Any) -> None:
     fake_openai.default = Reply(text=LESSON)
     code = (
         "from lessonq.ingest import LessonRequest, enqueue\n"
         "enqueue(LessonRequest(task='dying producer', attempt='a', outcome='ERROR: x', trigger='error'))\n"
+        "from lessonq.outbox import drain\n"
+        "drain()\n"  # as the node's dispatcher would, in the same process here
     )
     proc = run_dying(code, point, queue_dir)
     assert proc.returncode == 137, proc.stderr
     job_id = LessonRequest(task="dying producer", attempt="a", outcome="ERROR: x", trigger="error").job_id
+    if point == "outbox.before_send":
+        # The job was accepted (its row committed as dispatched), then the dispatcher died before it
+        # sent the message: the entry is still owed, and the worker's dispatcher sends it.
+        assert Job.objects.get(pk=job_id).dispatched_at is not None
+        assert Outbox.objects.filter(job_id=job_id).exists()
     if point == "wal.append.after_tmp":
         # Not durable yet: the producer never heard "accepted", and nothing half-written is visible.
         assert not wal().exists(job_id) and wal().count() == 0
@@ -164,6 +173,8 @@ def test_a_crash_during_ingest_is_repaired(point: str, queue_dir: Path, fake_ope
     lesson_worker()
     settle(job_id)
     assert Job.objects.get(pk=job_id).state == JobState.SUCCEEDED
+    # The worker's dispatcher sent what was owed (only it deletes an entry).
+    wait_for(lambda: not Outbox.objects.exists(), what="the outbox sent")
     assert_invariant()
 
 
@@ -219,7 +230,7 @@ def test_repeated_kills_under_load_lose_nothing_and_duplicate_nothing(
         killed.append(busy[0])
     settle(*ids, timeout=120)
     assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"succeeded"}
-    # Every job ended with a lesson; near-identical ones reinforce each other (chatcli's dedupe, spec §11.3),
+    # Every job ended with a lesson; near-identical ones reinforce each other (chatcli's dedupe, docs/compat/chatcli.md#dedupe),
     # so several jobs may point at one lesson, and no job ever made two (source_job_id is unique).
     lesson_ids = list(Job.objects.filter(pk__in=ids).values_list("lesson_id", flat=True))
     assert None not in lesson_ids

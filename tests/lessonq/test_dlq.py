@@ -1,4 +1,4 @@
-"""DLQ domain functions (spec §4.5, §6.7) and the ``reflect`` command (§12)."""
+"""DLQ domain functions (docs/compat/chatcli.md#dlq, docs/compat/chatcli.md#dlq-retry) and the ``reflect`` command (docs/compat/chatcli.md#reflect-command)."""
 
 from __future__ import annotations
 
@@ -72,6 +72,25 @@ def test_bulk_forms_report_each_id(queue_dir: Path, fake_openai: Any) -> None:
     assert result.done == [b] and Job.objects.get(pk=b).state == JobState.PURGED
 
 
+def test_retry_many_moves_every_record_back_in_one_batch_within_capacity(
+    queue_dir: Path, fake_openai: Any, settings: Any
+) -> None:
+    ids = [dead_job(fake_openai, f"batch {i}") for i in range(4)]
+    dlq_dir().ack(ids[3])  # its DLQ record is gone: reported, not retried, the others unaffected
+    settings.LESSONQ_CAPACITY = 2
+    result = dlq.retry_many([*ids, ids[0]])
+    assert result.done == ids[:3] and list(result.failed) == [ids[3]]
+    jobs = Job.objects.in_bulk(ids)
+    assert [jobs[i].state for i in ids] == [JobState.PENDING] * 3 + [JobState.DEAD]
+    assert all(jobs[i].attempts == 0 and jobs[i].last_error == "" for i in ids[:3])
+    assert sum(jobs[i].dispatched_at is not None for i in ids[:3]) == 2  # capacity 2: the third waits
+    for i in ids[:3]:
+        record = wal().read(i)
+        assert record is not None and (record.attempts, record.last_error) == (0, "") and not dlq_dir().exists(i)
+    (event,) = AuditEvent.objects.filter(action="queue.dlq_retry")
+    assert sorted(event.object_ids) == sorted(ids[:3])
+
+
 def test_reflect_status_list_and_failed(queue_dir: Path, fake_openai: Any) -> None:
     dead = dead_job(fake_openai, "broken task")
     enqueue(LessonRequest(task="waiting task", attempt="a", outcome="o", trigger="manual"))
@@ -138,3 +157,31 @@ def test_the_cli_exits_non_zero_on_failure(queue_dir: Path) -> None:
         text=True,
     )
     assert proc.returncode == 1 and "retry failed: lessonq runner: dlq entry 0123456789abcdef not found" in proc.stderr
+
+
+def test_reflect_failures_print_chatclis_line_without_a_django_prefix(queue_dir: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.support.processes import ROOT, subprocess_env
+
+    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir))
+    done = subprocess.run(
+        [sys.executable, "manage.py", "reflect", "retry", "0123456789abcdef"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == "  ⚠  retry failed: lessonq runner: dlq entry 0123456789abcdef not found"
+    assert "CommandError" not in done.stderr
+
+
+def test_reflect_says_when_the_queue_is_disabled(queue_dir: Path, settings: Any) -> None:
+    settings.LESSONQ_ENABLED = False
+    assert reflect() == "  reflexion queue is disabled — enable via LESSONQ_ENABLED=true\n"
+    with pytest.raises(CommandError, match="reflexion queue is disabled"):
+        reflect("list")
+    assert reflect("remember", "to", "pin", "versions") == "  lesson persisted to long-term memory (category=lesson)\n"

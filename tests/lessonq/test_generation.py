@@ -1,4 +1,4 @@
-"""Lesson prompt layout and parser (spec §9, §19.5)."""
+"""Lesson prompt layout and parser (docs/compat/chatcli.md#lesson-generation, docs/compat/chatcli.md#test-vectors)."""
 
 from __future__ import annotations
 

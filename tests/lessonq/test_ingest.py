@@ -1,4 +1,4 @@
-"""Ingest: trigger detection (spec §10), the API and ``enqueue`` (WAL first, then the row)."""
+"""Ingest: trigger detection (docs/compat/chatcli.md#triggers), the API and ``enqueue`` (WAL first, then the row)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""JobID (spec §3) against the §19.1 vectors."""
+"""JobID (docs/compat/chatcli.md#jobid) against the docs/compat/chatcli.md#test-vectors vectors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ten chatcli_lessonq_* series, aggregated across processes at /metrics (spec §8.1)."""
+"""The ten chatcli_lessonq_* series, aggregated across processes at /metrics (docs/compat/chatcli.md#metrics)."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,13 @@ def test_the_overview_counts_jobs(client_as: Any, carol: Any, queue_dir: Path) -
         enqueued_at=Job.objects.get().enqueued_at,
         next_attempt_at=Job.objects.get().enqueued_at,
     )
-    from lessonq.triage import forget_counts
+    from lessonq.triage.queries import forget_counts
 
     forget_counts()
     page = client_as(carol).get("/").content.decode()
     assert "Lesson queue" in page
     for label, value in (("Pending jobs", 1), ("Retrying jobs", 0), ("Dead jobs (DLQ)", 1), ("Done jobs (recent)", 0)):
-        assert f'<dt><a href="/queue/">{label}</a></dt><dd>{value}</dd>' in page
+        assert re.search(rf'<dt><a href="/queue/\?tab=[a-z]+">{re.escape(label)}</a></dt><dd>{value}</dd>', page), label
 
 
 def test_the_admin_lists_jobs_with_their_attempts(client_as: Any, admin_user: Any, queue_dir: Path) -> None:

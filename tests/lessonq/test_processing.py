@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from lessonq import processing
@@ -52,6 +54,27 @@ def test_it_turns_a_good_answer_into_a_lesson_and_acks(queue_dir: Path, fake_ope
         "TASK:\nEdit main.go\n\nATTEMPT:\nused full rewrite\n\nOUTCOME (why we are reflecting):\n"
         "ERROR: file too large\n\nTRIGGER: error"
     )
+
+
+def test_a_lesson_job_is_eleven_statements(queue_dir: Path, fake_openai: Any) -> None:
+    """The claim starts the attempt row, the success's job and attempt rows are one fenced statement,
+    and nothing is read back (docs/queue.md): a regression here costs every job a round trip. Eleven
+    with the job's workspace (read for the dedupe scope), beside the transaction's BEGIN and COMMIT."""
+    fake_openai.script(Reply(text=LESSON))
+    job_id = accepted()
+    with CaptureQueriesContext(connection) as queries:
+        assert processing.process(job_id) == "success"
+    statements = [
+        q["sql"] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))
+    ]
+    assert len(statements) == 11, "\n".join(s[:60].replace("\n", " ") for s in statements)
+    claim, finish = statements[1], statements[-1]
+    assert "UPDATE queue_job" in claim and "INSERT INTO queue_jobattempt" in claim
+    assert "UPDATE queue_job" in finish and "UPDATE queue_jobattempt" in finish
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.claimed_by, job.lesson_id) == (JobState.SUCCEEDED, "", Lesson.objects.get().pk)
+    [attempt] = job.attempt_rows.all()
+    assert (attempt.number, attempt.outcome, attempt.finished_at is not None) == (1, "success", True)
 
 
 def test_a_second_delivery_does_nothing(queue_dir: Path, fake_openai: Any) -> None:

@@ -1,4 +1,4 @@
-"""Replay and the sweeper restore the WAL ⇄ row invariant after a crash at any step (ARCHITECTURE.md)."""
+"""Replay and the sweeper restore the WAL ⇄ row invariant after a crash at any step (docs/architecture.md#crash-points)."""
 
 from __future__ import annotations
 
@@ -150,8 +150,11 @@ def test_it_quarantines_corrupt_records_during_replay(queue_dir: Path, fake_open
     assert report.quarantined == 2
     assert sorted(p.name for p in (queue_dir / "quarantine").iterdir()) == [
         "dlq-0000000000000002.wal",
+        "dlq-0000000000000002.wal.reason",  # each with its reason beside it
         "wal-0000000000000001.wal",
+        "wal-0000000000000001.wal.reason",
     ]
+    assert (queue_dir / "quarantine" / "wal-0000000000000001.wal.reason").read_text() == "short header\n"
 
 
 def test_it_bounds_dispatch_by_capacity_and_fills_up_later(queue_dir: Path, fake_openai: Any, settings: Any) -> None:
@@ -187,3 +190,19 @@ def test_stale_means_strictly_older_than_stale_after(settings: Any) -> None:
     assert not reconcile._stale(at_limit, now) and reconcile._stale(past_limit, now)
     settings.LESSONQ_STALE_AFTER = 0
     assert not reconcile._stale(WalJob(id="00000000000000ef"), now)  # 0 disables expiry
+
+
+def test_adopting_in_bulk_leaves_rows_a_producer_inserted_meanwhile(queue_dir: Path, fake_openai: Any) -> None:
+    now = gojson.local(timezone.now())
+    records = [
+        WalJob(id=f"00000000000001{i:02x}", task=f"adopt {i}", trigger="error", enqueued_at=now, next_attempt_at=now)
+        for i in range(3)
+    ]
+    assert reconcile.adopt_records(records[:1]) == 1  # straight COPY
+    Job.objects.filter(pk=records[0].id).update(task="inserted by the producer")
+    assert reconcile.adopt_records(records) == 2  # the COPY meets the row: the scratch-table path keeps it
+    assert Job.objects.get(pk=records[0].id).task == "inserted by the producer"
+    assert sorted(Job.objects.filter(task__startswith="adopt ").values_list("task", flat=True)) == [
+        "adopt 1",
+        "adopt 2",
+    ]

@@ -1,4 +1,4 @@
-"""Retry policy (spec §6.5, §19.4)."""
+"""Retry policy (docs/compat/chatcli.md#retry, docs/compat/chatcli.md#test-vectors)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The WAL (spec §2.4, §4, §19.2): framing, Go-compatible payloads, durability and quarantine."""
+"""The WAL (docs/compat/chatcli.md#wal-envelope, docs/compat/chatcli.md#wal, docs/compat/chatcli.md#test-vectors): framing, Go-compatible payloads, durability and quarantine."""
 
 from __future__ import annotations
 
@@ -130,6 +130,7 @@ def test_it_round_trips_a_16_mib_record_and_refuses_more(wal: Wal) -> None:
     job = sized_job(MAX_PAYLOAD)
     assert wal.append(job)
     assert wal.read(job.id) == job
+    assert wal.list().jobs == [job]  # the listing's reads follow the frame's length past the first read
     too_big = WalJob(**{**sized_job(MAX_PAYLOAD + 1).__dict__, "id": "1123456789abcdef"})
     with pytest.raises(PayloadTooLarge, match=r"payload too large \(16777217 bytes\)"):
         wal.append(too_big)

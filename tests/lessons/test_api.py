@@ -143,3 +143,13 @@ def test_it_counts_persists_and_retrievals_in_metrics(api, client):
     text = client.get("/metrics").content.decode()
     assert 'lessonboard_lessons_persisted_total{action="created"}' in text
     assert "lessonboard_lesson_retrieval_seconds_count" in text
+
+
+def test_the_server_wide_hyde_switch_applies_unless_the_request_says(api, settings, fake_openai):
+    fake_openai.script("a hypothetical lesson about backing off on 429")
+    settings.LESSONS_HYDE = True
+    on = api.post("/api/v1/lessons/retrieve", {"task": "bulk API calls get 429"}).json()
+    assert on["explanation"]["hyde"] == {"text": "a hypothetical lesson about backing off on 429"}
+    off = api.post("/api/v1/lessons/retrieve", {"task": "bulk API calls get 429", "hyde": False}).json()
+    assert off["explanation"]["hyde"] is None
+    assert len(fake_openai.chat_requests()) == 1

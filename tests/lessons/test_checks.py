@@ -7,10 +7,21 @@ from lessons import checks
 
 def test_it_refuses_a_dimension_the_local_models_cannot_give(settings):
     settings.LESSONS_EMBEDDING_PROVIDER = "local"
+    settings.LESSONS_EMBEDDING_LOCAL_MODEL = "e5"
     settings.LESSONS_EMBEDDING_DIMENSIONS = 768
     (error,) = checks.embedding_dimensions()
     assert error.id == "lessons.E001" and "384" in error.msg
     settings.LESSONS_EMBEDDING_DIMENSIONS = 384
+    assert checks.embedding_dimensions() == []
+
+
+def test_the_use_model_needs_512_dimensions(settings):
+    settings.LESSONS_EMBEDDING_PROVIDER = "local"
+    settings.LESSONS_EMBEDDING_LOCAL_MODEL = "use"
+    settings.LESSONS_EMBEDDING_DIMENSIONS = 384
+    (error,) = checks.embedding_dimensions()
+    assert error.id == "lessons.E001" and "512" in error.msg and "use" in error.msg
+    settings.LESSONS_EMBEDDING_DIMENSIONS = 512
     assert checks.embedding_dimensions() == []
 
 

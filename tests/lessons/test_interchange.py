@@ -2,14 +2,16 @@
 
 import json
 import stat
+from datetime import timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from lessons import interchange
 from lessons.content import fact_content, fact_id
 from lessons.models import Lesson, LessonStatus
-from lessons.store import edit_lesson, persist_lesson
+from lessons.store import edit_lesson, persist_lesson, set_status
 
 pytestmark = pytest.mark.django_db
 
@@ -175,3 +177,32 @@ def test_it_imports_exports_and_reembeds_from_the_command_line(memory_index, tmp
     assert len(out.read_text().splitlines()) == 2
     with pytest.raises(CommandError, match="no such file"):
         call_command("lessons", "import", str(tmp_path / "missing.json"))
+
+
+def test_export_writes_chatclis_tombstones_for_lessons_that_left(memory_index, time_machine):
+    interchange.import_memory_index(memory_index)
+    tombstones = memory_index.with_name("memory_tombstones.json")
+    foreign_old = "f" * 24
+    foreign_new = "e" * 24
+    tombstones.write_text(
+        json.dumps({foreign_old: "2000-01-01T00:00:00Z", foreign_new: interchange.format_time(timezone.now())})
+    )
+    archived = Lesson.objects.get(fact_id=fact_id(A))
+    set_status(archived, LessonStatus.ARCHIVED, actor="user:bob")
+    edited = Lesson.objects.get(fact_id=fact_id(B))
+    edit_lesson(edited, correction="honour Retry-After", actor="user:bob")
+    interchange.export_memory_index(memory_index)
+    stones = json.loads(tombstones.read_text())
+    assert fact_id(A) in stones  # archived here: a running chatcli must not bring it back
+    assert fact_id(B) in stones  # the edit gave the lesson a new id; the old one is gone
+    assert Lesson.objects.get(pk=edited.pk).fact_id not in stones
+    assert foreign_new in stones and foreign_old not in stones  # chatcli's 30-day retention
+    interchange.parse_time(stones[fact_id(A)])  # RFC3339Nano
+    # Made active again: the tombstone goes at the next export.
+    set_status(Lesson.objects.get(pk=archived.pk), LessonStatus.ACTIVE, actor="user:bob")
+    interchange.export_memory_index(memory_index)
+    assert fact_id(A) not in json.loads(tombstones.read_text())
+    # Thirty days on, our own tombstones have aged out too.
+    time_machine.move_to(timezone.now() + timedelta(days=31))
+    interchange.export_memory_index(memory_index)
+    assert fact_id(B) not in json.loads(tombstones.read_text())

@@ -1,6 +1,7 @@
 """Hybrid retrieval: branches, filters, explanation, HyDE, and the embed task in a real worker."""
 
 import pytest
+from django.conf import settings
 
 from lessons import retrieval, vectors
 from lessons.models import Lesson
@@ -51,7 +52,9 @@ def test_it_gives_each_hit_its_branch_ranks_and_the_fused_score(corpus):
     assert top.branches["vector"].rank == 1 and 0 < top.branches["vector"].score <= 1
     assert top.branches["text"].rank == 1
     assert top.branches["tags"].rank == 1 and top.branches["tags"].score == 1.0  # the tag "429"
-    assert top.score == pytest.approx(1.0 / 61 + 0.05 / 61)  # default weights: vector 1, text 0.05, tags 0
+    assert top.score == pytest.approx(
+        1.0 / 61 + settings.LESSONS_WEIGHT_TEXT / 61
+    )  # default weights: vector 1, text, tags 0
     assert result.explanation["rrf_k"] == 60 and result.explanation["hyde"] is None
     assert "429" in result.explanation["terms"]
     assert "payment" in result.explanation["text_terms"]  # stemmed lexemes
@@ -80,14 +83,17 @@ def test_it_narrows_every_branch_with_the_filters(corpus):
     with connection.cursor() as cursor:  # make PostgreSQL walk the HNSW graph even for 5 rows
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(
-            "EXPLAIN SELECT id FROM lessons_lesson ORDER BY embedding <=> %s::vector LIMIT 5", [str([0.1] * 384)]
+            "EXPLAIN SELECT id FROM lessons_lesson ORDER BY embedding <=> %s::vector LIMIT 5",
+            [str([0.1] * settings.LESSONS_EMBEDDING_DIMENSIONS)],
         )
         assert "lesson_embedding_hnsw" in " ".join(row[0] for row in cursor.fetchall())
     vector_only = retrieval.search("429", k=5, filters=retrieval.Filters(workspace="alpha"), branches=("vector",))
     assert [hit.lesson for hit in vector_only.hits] == [scoped]
     by_trigger = retrieval.search("docker build", k=5, filters=retrieval.Filters(trigger="low_quality"))
     assert {hit.lesson for hit in by_trigger.hits} == {corpus["disk"]}
-    by_tags = retrieval.search("anything at all", k=5, filters=retrieval.Filters(tags=["go", "edit-file"]))
+    by_tags = retrieval.search(  # an off-topic task: below the floor, so the floor is off here
+        "anything at all", k=5, filters=retrieval.Filters(tags=["go", "edit-file"]), floor=False
+    )
     assert [hit.lesson for hit in by_tags.hits] == [corpus["edit"]]
     by_agent = retrieval.search("429", k=5, filters=retrieval.Filters(agent="bot-1"))
     assert [hit.lesson for hit in by_agent.hits] == [scoped]
@@ -115,6 +121,10 @@ def test_it_leaves_common_words_out_of_the_full_text_query_of_a_big_table(corpus
     assert "error" in common
     assert "payment" in searched
     assert retrieval.search("error in the payments API", k=1, branches=("text",)).hits[0].lesson == corpus["rate"]
+    # Common words only: full text alone keeps the rarest; next to the vector branch it is skipped.
+    assert retrieval.text_terms("error", keep_rarest=True)[0] == ["error"]
+    skipped = retrieval.search("error", k=4, floor=False)
+    assert skipped.explanation["text_terms"] == [] and all("text" not in hit.branches for hit in skipped.hits)
     retrieval.reset_term_stats()
 
 
@@ -134,7 +144,7 @@ def test_it_embeds_the_llms_hypothetical_lesson_with_hyde_and_records_it(corpus,
     )
     fake_openai.script(Reply(text=hypothetical))
     task = "nightly sync job for the vendor integration"
-    plain = retrieval.search(task, k=4, branches=("vector",))
+    plain = retrieval.search(task, k=4, branches=("vector",), floor=False)  # a vague task, below the floor
     hyde = retrieval.search(task, k=4, hyde=True, branches=("vector",))
     assert hyde.explanation["hyde"] == {"text": hypothetical}
     assert hyde.explanation["embedded_text"] == hypothetical
@@ -166,8 +176,8 @@ def test_it_embeds_through_the_gateway_with_the_openai_provider(db, fake_openai,
         hits = retrieval.search("flaky test sleep", k=1).hits
         assert hits[0].lesson == lesson and "vector" in hits[0].branches
     finally:
-        vectors.resize_column(384)
-        assert vectors.column_dimensions() == 384
+        vectors.resize_column(512)
+        assert vectors.column_dimensions() == 512
 
 
 @pytest.mark.worker
@@ -181,5 +191,16 @@ def test_it_fills_vectors_for_new_lessons_in_the_embed_worker(celery_worker):
         return lesson.embedding is not None
 
     wait_for(embedded, timeout=60, what="the embed worker to store a vector")
-    assert len(lesson.embedding) == 384 and lesson.embedding_model.startswith("multilingual-e5-small")
+    assert len(lesson.embedding) == 512 and lesson.embedding_model.startswith("use-multilingual-v3")
     assert lesson.embedded_at is not None
+
+
+@pytest.mark.django_db
+def test_a_lesson_whose_vector_is_not_computed_yet_is_found_by_full_text(corpus):
+    # New lessons wait for a shared embed task (lessons.vectors.embed_new); meanwhile the full-text
+    # branch finds them (the vector branch only knows lessons with a vector).
+    fresh = add("uploading artefacts to the flaky mirror", "verify the checksum after every upload", ["mirror"])
+    assert fresh.embedding is None
+    query = "the artefact mirror upload checksum failed"
+    assert fresh in [hit.lesson for hit in retrieval.search(query, k=3, branches=("text",)).hits]
+    assert fresh not in [hit.lesson for hit in retrieval.search(query, k=10, branches=("vector",)).hits]

@@ -21,7 +21,18 @@ def test_it_has_a_big_enough_evaluation_set():
     assert all(set(q["relevant"]) <= ids for q in data.queries)
 
 
-def test_it_reaches_hybrid_recall_at_5_of_090_with_the_local_embedder():
+def test_it_has_next_task_queries_in_both_languages_split_in_halves_and_off_topic_queries():
+    data = evaluation.load(EVAL)
+    for split in ("tune", "heldout"):
+        half = evaluation.subset(data, query_type="next-task", split=split).queries
+        assert len(half) >= 25
+        assert {q["lang"] for q in half} == {"en", "pt"}
+    off_topic = evaluation.subset(data, query_type="off-topic").queries
+    assert len(off_topic) >= 30 and {q["lang"] for q in off_topic} == {"en", "pt"}
+    assert all(q["relevant"] == [] for q in off_topic)
+
+
+def test_it_reaches_its_measured_recall_and_answers_off_topic_tasks_with_nothing():
     assert settings.LESSONS_EMBEDDING_PROVIDER == "local"
     data = evaluation.load(EVAL)
     ids = evaluation.store(data)
@@ -31,14 +42,24 @@ def test_it_reaches_hybrid_recall_at_5_of_090_with_the_local_embedder():
     def ranked(branches):
         return lambda q: [hit.lesson.pk for hit in retrieval.search(q, k=10, branches=branches).hits]
 
+    original = evaluation.subset(data, query_type="original")
+    held_out = evaluation.subset(data, query_type="next-task", split="heldout", batch=1)
+    held_out_2 = evaluation.subset(data, query_type="next-task", split="heldout", batch=2)
     results = {
-        "keyword-only": evaluation.measure(data, ids, ranked(("text",))),
-        "vector-only": evaluation.measure(data, ids, ranked(("vector",))),
-        "hybrid": evaluation.measure(data, ids, ranked(retrieval.BRANCHES)),
+        "keyword-only": evaluation.measure(original, ids, ranked(("text",))),
+        "vector-only": evaluation.measure(original, ids, ranked(("vector",))),
+        "hybrid": evaluation.measure(original, ids, ranked(retrieval.BRANCHES)),
+        "next-task held-out": evaluation.measure(held_out, ids, ranked(retrieval.BRANCHES)),
+        "batch-2 held-out": evaluation.measure(held_out_2, ids, ranked(retrieval.BRANCHES)),
     }
-    print(
-        f"\nembedder: {settings.LESSONS_EMBEDDING_LOCAL_MODEL}, {len(data.lessons)} lessons, {len(data.queries)} queries"
-    )
+    calibration = evaluation.subset(data, query_type="off-topic", split="tune")
+    empty, total = evaluation.empty_answers(calibration, ranked(retrieval.BRANCHES))
+    print(f"\nembedder: {settings.LESSONS_EMBEDDING_LOCAL_MODEL}, {len(data.lessons)} lessons")
     for label, metrics in results.items():
         print(metrics.line(label))
+    print(f"off-topic (calibration half) answered with no lesson: {empty}/{total}")
+    # Floors at the measured figures (docs/lessons.md#quality-on-next-task-queries), not the goals.
     assert results["hybrid"].recall_at_5 >= 0.90
+    assert results["next-task held-out"].recall_at_5 >= 0.70 and results["next-task held-out"].mrr >= 0.50
+    assert results["batch-2 held-out"].recall_at_5 >= 0.65
+    assert (empty, total) == (30, 30)

@@ -57,7 +57,7 @@ def test_an_exact_duplicate_reinforces():
     assert [v.action for v in lesson.versions.order_by("number")] == ["create", "reinforce"]
 
 
-# --- chatcli's near-duplicate and supersede rules (spec §11.3, §19.5) ---------------------------------
+# --- chatcli's near-duplicate and supersede rules (docs/compat/chatcli.md#dedupe, docs/compat/chatcli.md#test-vectors) ---------------------------------
 
 # 20 significant tokens: lesson, edit, alpha … golf, mistake, india, juliet, kilo, correction, lima … oscar, trigger, error
 BASE = dict(

@@ -1,10 +1,14 @@
 """POST /api/v1/refine, GET /api/v1/refine/<id>, the mode endpoint; and full runs through a real worker."""
 
+import uuid
+
 import pytest
 
+from refine import runs
 from refine.models import AgentRefineMode, RefineRun, RunStatus
+from refine.refiner import Refiner
 from tests.conftest import ApiClient
-from tests.refine.conftest import ORIGINAL, PASS_1, reply
+from tests.refine.conftest import ORIGINAL, PASS_1, PASS_2, ScriptedLLM, reply
 from tests.support.wait import wait_for
 
 
@@ -72,6 +76,7 @@ def test_it_sets_and_reads_an_agents_mode(api):
     }
     assert AgentRefineMode.objects.get(agent="coder").mode == "off"
     assert api.post("/api/v1/refine/mode", {"agent": "coder", "mode": "clear"}).json()["mode"] == "auto"
+    assert api.post("/api/v1/refine/mode", {"agent": "coder", "mode": "next"}).json()["mode"] == "once"
     bad = api.post("/api/v1/refine/mode", {"agent": "coder", "mode": "sometimes"})
     assert bad.status_code == 400 and bad.json()["field"] == "mode"
     assert api.post("/api/v1/refine/mode", {"mode": "on"}).json()["field"] == "agent"
@@ -121,3 +126,51 @@ def test_it_waits_for_a_quick_run_and_answers_200(api, celery_worker, test_broke
     body = response.json()
     assert response.status_code == 200 and body["status"] == "done"
     assert body["converged"] and body["pass_count"] == 2 and body["output"] == PASS_1
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_run_that_ends_low_quality_queues_its_own_reflexion_job(
+    api, celery_worker, test_broker, fake_openai, settings
+):
+    """End to end: the API starts a run, a real worker refines it through the fake LLM, the run rolls back
+    (low quality) and queues the low_quality lesson job itself — the agent forwarded nothing."""
+    from lessonq.models import Job
+
+    settings.REFINE_API_WAIT = 0
+    settings.LESSONQ_ON_LOW_QUALITY = True  # Reflexion's low_quality trigger is on for this server
+    fake_openai.script(
+        reply(PASS_1, "- say --atomic\n- name the probes"),
+        "I cannot help with deployments, but here are some general thoughts about clouds.",
+    )
+    # A task of its own: the session worker's WAL outlives the test database, and JobIDs are content-addressed.
+    task = f"Explain the deploy {uuid.uuid4().hex[:8]}"
+    response = api.post("/api/v1/refine", {"task": task, "draft": ORIGINAL, "agent": "coder", "max_passes": 3})
+    run_id = response.json()["id"]
+    body = wait_for(
+        lambda: (b := api.get(f"/api/v1/refine/{run_id}").json())["status"] == "done" and b,
+        timeout=60,
+        what="the worker to finish the refine run",
+    )
+    assert body["metadata"]["refine_low_quality"] == "true"
+    job = Job.objects.get(pk=body["reflexion_job"])
+    assert (job.trigger, job.agent, job.task) == ("low_quality", "coder", task)
+    assert job.outcome.startswith("LOW QUALITY (from Self-Refine): ")
+    # The agent forwarding the same metadata as well is the same job, deduplicated.
+    again = api.post(
+        "/api/v1/reflexion/triggers",
+        {"task": task, "output": body["output"], "agent": "coder", "metadata": body["metadata"]},
+    )
+    assert again.json()["job_id"] == job.pk
+
+
+@pytest.mark.django_db
+def test_a_low_quality_run_queues_nothing_when_reflexion_is_off(settings):
+    from lessonq.models import Job
+
+    settings.LESSONQ_ON_LOW_QUALITY = False
+    run = runs.start_run(task="Explain how to deploy", draft=ORIGINAL, agent="coder")
+    assert run.reflexion is False
+    finished = runs.execute_run(run.pk, refiner=Refiner(ScriptedLLM(reply(PASS_1, "- a"), reply(PASS_2, "- b"))))
+    assert finished is not None and finished.low_quality and finished.reflexion_job == ""
+    assert not Job.objects.exists()

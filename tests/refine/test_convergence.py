@@ -1,4 +1,4 @@
-"""The convergence cascade (spec §15, vectors §19.6): every branch, the LRU cache and the breaker."""
+"""The convergence cascade (docs/compat/chatcli.md#convergence, vectors docs/compat/chatcli.md#test-vectors): every branch, the LRU cache and the breaker."""
 
 from datetime import UTC, datetime, timedelta
 

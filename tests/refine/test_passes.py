@@ -1,4 +1,4 @@
-"""The pass loop, regression guard and refiner protocol (spec §14, vectors §19.7). The LLM reply is a
+"""The pass loop, regression guard and refiner protocol (docs/compat/chatcli.md#refine, vectors docs/compat/chatcli.md#test-vectors). The LLM reply is a
 fake handed to the real ``Refiner``; directive, parsing, fallback and the cascade run for real."""
 
 import pytest
@@ -90,7 +90,7 @@ def test_it_skips_short_drafts_and_excluded_agents():
     assert skip_reason(agent="coder", draft="é" * 100, config=cfg) == ""  # bytes, not characters
 
 
-# --- the legacy char heuristic (§14.3) ---------------------------------------------------------------------
+# --- the legacy char heuristic (docs/compat/chatcli.md#refine-legacy-char) ---------------------------------------------------------------------
 def test_it_applies_the_legacy_char_heuristic():
     assert char_heuristic("hello world", "hello world", 5)
     assert not char_heuristic("hello", "totally different and longer", 5)
@@ -99,7 +99,7 @@ def test_it_applies_the_legacy_char_heuristic():
     assert char_heuristic("a" * 10, "b" * 10, 0)  # ε ≤ 0 → 50
 
 
-# --- the loop (§19.7) ----------------------------------------------------------------------------------------
+# --- the loop (docs/compat/chatcli.md#test-vectors) ----------------------------------------------------------------------------------------
 def test_it_replaces_the_output_after_one_pass():
     llm = ScriptedLLM(reply("polished hello"))
     result = run_passes(task="t", draft="hello", refiner=Refiner(llm), checker=None, config=config())
@@ -200,3 +200,51 @@ def test_it_does_not_flag_low_quality_when_the_critique_finds_nothing():
     llm = ScriptedLLM(reply("same", "- no material issues"))
     result = run_passes(task="t", draft="same", refiner=Refiner(llm), checker=Cascade(), config=config())
     assert not result.low_quality and result.metadata == {}
+
+
+class SteppingClock:
+    """A clock that moves ``step`` seconds every time it is read."""
+
+    def __init__(self, step):
+        self.now, self.step = 0.0, step
+
+    def __call__(self):
+        self.now += self.step
+        return self.now
+
+
+def test_no_pass_starts_after_the_loops_time_budget():
+    refiner = Refiner(ScriptedLLM(reply("draft one"), reply("draft two"), reply("draft three")))
+    checker = StubChecker((0.9, False), (0.5, False), (0.95, False), (0.5, False), (0.96, False), (0.5, False))
+    # Each read of the clock advances 6 s: pass 1 starts at 6 s, pass 2 at 18 s, pass 3 would start at 30 s.
+    result = run_passes(
+        task="t",
+        draft="original",
+        refiner=refiner,
+        checker=checker,
+        config=config(max_passes=5, loop_timeout=20.0),
+        clock=SteppingClock(6.0),
+    )
+    assert len(result.passes) == 2 and result.output == "draft two"
+    assert "time budget of 20 s ran out after 2 pass(es)" in result.stop_reason
+    unbounded = run_passes(
+        task="t",
+        draft="original",
+        refiner=Refiner(ScriptedLLM(reply("a"), reply("b"), reply("c"))),
+        checker=StubChecker(*[(0.9 + i / 100, False) if i % 2 == 0 else (0.5, False) for i in range(6)]),
+        config=config(max_passes=3, loop_timeout=0),
+        clock=SteppingClock(60.0),
+    )
+    assert len(unbounded.passes) == 3
+
+
+@pytest.mark.django_db
+def test_the_refiner_can_use_a_model_of_its_own(fake_openai, settings):
+    fake_openai.script(reply("better draft"))
+    settings.REFINE_MODEL = "refiner-model"
+    assert Refiner()("t", "draft").output == "better draft"
+    assert fake_openai.chat_requests()[-1].json["model"] == "refiner-model"
+    settings.REFINE_MODEL = ""
+    fake_openai.script(reply("again"))
+    Refiner()("t", "draft")
+    assert fake_openai.chat_requests()[-1].json["model"] == settings.LLM_MODEL

@@ -1,4 +1,4 @@
-"""Spec §19.6 scorer vectors: upstream bounds (T) and exact values (C)."""
+"""docs/compat/chatcli.md#test-vectors scorer vectors: upstream bounds (T) and exact values (C)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""prepare / commit against real repositories: outcomes, files, rows and events (spec B.7, B.8)."""
+"""prepare / commit against real repositories: outcomes, files, rows and events (docs/compat/aioson.md#prepare, docs/compat/aioson.md#commit-checks)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Spec A.3, row by row, through the real pass and the real store."""
+"""hermes' outcome buckets (docs/compat/hermes.md#outcome-buckets), row by row, through the real pass and the real store."""
 
 import pytest
 

@@ -145,7 +145,7 @@ class CeleryWorker(ManagedProcess):
 
 
 class Gunicorn(ManagedProcess):
-    def __init__(self, *, env: dict[str, str] | None = None, workers: int = 2) -> None:
+    def __init__(self, *, env: dict[str, str] | None = None, workers: int = 2, extra: list[str] | None = None) -> None:
         self.port = free_port()
         cmd = [
             sys.executable,
@@ -158,6 +158,7 @@ class Gunicorn(ManagedProcess):
             f"127.0.0.1:{self.port}",
             "--workers",
             str(workers),
+            *(extra or []),
         ]
         super().__init__("gunicorn", cmd, env or subprocess_env())
 
@@ -182,7 +183,7 @@ class Gunicorn(ManagedProcess):
 def purge_broker(broker_url: str | None = None) -> None:
     """Drop messages a previous run left on the broker (redis/amqp keep them between runs)."""
     url = broker_url or settings.CELERY_BROKER_URL
-    if url.startswith("filesystem://"):
+    if url == settings.CELERY_BROKER_URL and settings.EMBEDDED_BROKER:
         folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
         for msg in folder.glob("*.msg"):
             msg.unlink(missing_ok=True)

@@ -7,9 +7,11 @@ import re
 from typing import Any
 
 import pytest
+from django.core.cache import cache
 from playwright.sync_api import expect
 
 from lessonq.models import Job, JobState
+from lessonq.triage.queries import COUNTS_KEY, GROUPS_KEY
 from tests.factories import UserFactory
 from tests.support.processes import CeleryWorker
 
@@ -24,6 +26,7 @@ def test_it_triages_the_dlq_in_a_browser(
     page: Any, browser: Any, live_server: Any, login: Any, jobs: Any, bulk_worker: CeleryWorker, settings: Any
 ) -> None:
     settings.LESSONQ_COUNTS_TTL = 1
+    cache.delete_many([COUNTS_KEY, GROUPS_KEY])  # an earlier test's counts may still be within their TTL
     UserFactory(username="alice", role="operator")
     retry_me = jobs(task="index the wiki", error="permanent: wiki index missing")
     purge_me = jobs(task="spam the channel", error="permanent: refused")

@@ -12,10 +12,11 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from lessonboard.models import AuditEvent
-from lessonq import retention, triage
+from lessonq import retention
 from lessonq.models import Job, JobState
 from lessonq.paths import base, dlq
-from lessonq.triage_models import RetentionRun
+from lessonq.triage import queries as triage
+from lessonq.triage.models import RetentionRun
 from tests.triage.conftest import hx
 
 pytestmark = pytest.mark.django_db

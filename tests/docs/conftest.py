@@ -1,0 +1,143 @@
+"""A live lessonboard for the docs' examples: gunicorn and a lesson worker on a node of their own, the LLM
+being the fake OpenAI server answering as a real model would for each prompt."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.docs import docset
+from tests.fakes.openai_server import FakeOpenAIServer, Reply
+from tests.support.processes import CeleryWorker, Gunicorn, subprocess_env
+from tests.support.wait import wait_for
+
+LESSON_REPLY = (
+    "<situation>editing a large source file</situation><mistake>rewrote the whole file at once</mistake>"
+    "<correction>make targeted edits and run the build after each</correction><tags>go, edit-file</tags>"
+)
+PROPOSALS_REPLY = json.dumps(
+    {
+        "proposals": [
+            {
+                "target": "memory",
+                "op": "add",
+                "content": "The test suite runs with make test.",
+                "rationale": "a project convention",
+                "score": 0.9,
+            },
+            {
+                "target": "lesson",
+                "op": "add",
+                "lesson": {"situation": "editing a large Go file", "correction": "split it into targeted edits"},
+                "rationale": "worth keeping as a lesson",
+                "score": 0.8,
+            },
+        ]
+    }
+)
+
+
+def respond(request: dict[str, Any]) -> Reply:
+    """What a model would answer to each of lessonboard's prompts (and to the example agent's own)."""
+    system = next((m["content"] for m in request.get("messages", []) if m.get("role") == "system"), "")
+    if "distill engineering lessons" in system:
+        return Reply(text=LESSON_REPLY)
+    if "propose what is worth remembering" in system:
+        return Reply(text=PROPOSALS_REPLY)
+    if system.startswith("You are a careful coding agent."):
+        return Reply(text="")  # the example agent's model fails, so the example reports an error
+    return Reply(text="ok")
+
+
+@dataclass
+class Stack:
+    url: str
+    node: str
+    llm: FakeOpenAIServer
+    queue_dir: Path
+
+    def forget_jobs(self) -> None:
+        """Empty the node's WAL and DLQ: the database is emptied between tests, so are they."""
+        for sub in ("wal", "dlq"):
+            for record in (self.queue_dir / sub).glob("*"):
+                record.unlink(missing_ok=True)
+
+    def run(self, example: docset.Example, token: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(tmp_path),
+            "LB": self.url,
+            "TOKEN": token,
+            "OPENAI_BASE_URL": self.llm.url,
+            "OPENAI_API_KEY": "sk-test",
+            "AGENT_MODEL": self.llm.model,
+        }
+        if example.language == "python":
+            script = tmp_path / f"{example.name}.py"
+            script.write_text(example.code, encoding="utf-8")
+            cmd = [sys.executable, str(script)]
+        else:
+            cmd = ["bash", "-euo", "pipefail", "-c", example.code]
+        return subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def docs_stack(
+    django_db_setup: Any, django_db_blocker: Any, fake_openai_server: FakeOpenAIServer, tmp_path_factory: Any
+) -> Iterator[Stack]:
+    node = "docs" + uuid.uuid4().hex[:8]
+    queue_dir = tmp_path_factory.mktemp("lessonq")
+    fake_openai_server.reset()
+    fake_openai_server.responder = respond
+    with django_db_blocker.unblock():
+        env = subprocess_env(
+            LESSONBOARD_LLM_BASE_URL=fake_openai_server.url,
+            LESSONBOARD_LLM_MODEL=fake_openai_server.model,
+            LESSONBOARD_LLM_API_KEY="sk-test",
+            LESSONBOARD_LLM_TIMEOUT="5s",
+            LESSONBOARD_NODE=node,
+            LESSONQ_BASE_DIR=str(queue_dir),
+        )
+    web = Gunicorn(env=env, workers=2).wait_ready()
+    # The lesson queue and ``embed``, as ``serve`` runs them: a new lesson is found by the next retrieve
+    # once it is embedded, which the tour waits for.
+    worker = CeleryWorker(queues=[f"lessonq.{node}", "embed"], env=env, hostname=f"{node}@%h")
+    try:
+        worker.wait_ready()
+        yield Stack(url=web.url, node=node, llm=fake_openai_server, queue_dir=queue_dir)
+    finally:
+        worker.stop()
+        web.stop()
+        fake_openai_server.reset()
+
+
+@pytest.fixture
+def stack(docs_stack: Stack) -> Iterator[Stack]:
+    docs_stack.forget_jobs()
+    yield docs_stack
+    settle()
+
+
+def settle() -> None:
+    """Wait until the worker is done with what the test started (its jobs finished, its lessons
+    embedded): emptying the database under a worker that is still writing to it can deadlock."""
+    from lessonq.models import ACTIVE, Job
+    from lessons.models import Lesson
+
+    wait_for(
+        lambda: (
+            not Job.objects.filter(state__in=ACTIVE).exists()
+            and not Lesson.objects.filter(embedding__isnull=True).exists()
+        ),
+        timeout=60,
+        what="the docs worker to finish the test's jobs and embeddings",
+    )

@@ -1,0 +1,108 @@
+"""The API examples in the docs (fenced ```sh / ```python blocks marked ``# doc-example: <name>``) run
+against a live server: gunicorn, a real lesson worker and the fake LLM. A renamed field, a changed status
+code or a broken shell line fails here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lessonboard.tokens import issue_token
+from lessonq.models import Job, JobState
+from lessons.models import Lesson
+from lessons.review.models import Proposal
+from tests.docs import docset
+from tests.docs.conftest import Stack
+from tests.support.wait import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+EXAMPLES = docset.examples()
+
+
+def example(source: str, name: str) -> docset.Example:
+    found = [e for e in EXAMPLES if e.source.name == source and e.name == name]
+    assert found, f"no '# doc-example: {name}' block in {source}"
+    return found[0]
+
+
+def run_ok(stack: Stack, ex: docset.Example, tmp_path: Path) -> str:
+    token = issue_token("docs-examples", ("full",)).plaintext
+    done = stack.run(ex, token, tmp_path)
+    assert done.returncode == 0, f"{ex.id} (line {ex.line}) failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_it_finds_the_marked_examples() -> None:
+    names = {e.id for e in EXAMPLES}
+    assert {"README:tour-trigger", "README:tour-retrieve", "README:tour-review", "agents:agents-python"} <= names
+    assert len(names) == len(EXAMPLES), "two examples share a name in one file"
+
+
+@pytest.mark.parametrize("ex", EXAMPLES, ids=[e.id for e in EXAMPLES])
+def test_every_marked_example_runs_against_a_live_server(stack: Stack, ex: docset.Example, tmp_path: Path) -> None:
+    out = run_ok(stack, ex, tmp_path)
+    assert out.strip(), f"{ex.id} printed nothing"
+    if ex.language == "sh":
+        body: Any = json.loads(out)  # every curl example answers JSON
+        assert "error" not in body
+
+
+def test_the_tour_turns_a_trigger_into_a_lesson_and_a_pending_proposal(stack: Stack, tmp_path: Path) -> None:
+    accepted = json.loads(run_ok(stack, example("README.md", "tour-trigger"), tmp_path))
+    assert accepted["status"] == "accepted"
+    job = wait_for(
+        lambda: Job.objects.filter(pk=accepted["job_id"], state=JobState.SUCCEEDED).first(),
+        timeout=60,
+        what="the tour's job to succeed",
+    )
+    lesson = Lesson.objects.get(pk=job.lesson_id)
+    assert lesson.correction == "make targeted edits and run the build after each"
+    wait_for(
+        lambda: Lesson.objects.filter(pk=lesson.pk, embedding__isnull=False).exists(),
+        timeout=60,
+        what="the tour's lesson to be embedded",
+    )
+
+    again = json.loads(run_ok(stack, example("README.md", "tour-trigger"), tmp_path))
+    assert again == {"job_id": accepted["job_id"], "status": "deduped"}
+
+    found = json.loads(run_ok(stack, example("README.md", "tour-retrieve"), tmp_path))
+    assert found["memory_block"].startswith("## Long-term Memory\n- [lesson] LESSON: editing a large source file")
+
+    reviewed = json.loads(run_ok(stack, example("README.md", "tour-review"), tmp_path))
+    assert [i["proposal"]["target"] for i in reviewed["applied"]] == ["memory"]
+    assert [i["proposal"]["target"] for i in reviewed["pending"]] == ["lesson"]
+    assert Proposal.objects.filter(pk=reviewed["pending"][0]["id"], status="pending").exists()
+
+
+def test_the_python_example_injects_the_lessons_and_reports_the_failure(stack: Stack, tmp_path: Path) -> None:
+    from lessonboard.models import Workspace
+    from lessons.store import persist_lesson
+
+    persist_lesson(
+        situation="editing a large Go file",
+        mistake="rewrote it whole",
+        correction="make targeted edits and keep the build green",
+        tags=["go"],
+        trigger="error",
+        workspace=Workspace.objects.for_slug("shop"),
+    )
+    wait_for(
+        lambda: not Lesson.objects.filter(embedding__isnull=True).exists(), timeout=60, what="the lesson's embedding"
+    )
+    out = run_ok(stack, example("agents.md", "agents-python"), tmp_path)
+    assert "'status': 'accepted'" in out
+
+    prompts = [
+        r.json["messages"][0]["content"]
+        for r in stack.llm.chat_requests()
+        if r.json["messages"][0]["content"].startswith("You are a careful coding agent.")
+    ]
+    assert prompts, "the example never called its model"
+    assert "\n\n## Long-term Memory\n- [lesson] LESSON: editing a large Go file" in prompts[-1]
+    job = Job.objects.get(task="Edit a large Go file without breaking the build")
+    assert job.outcome == "ERROR: the model returned an empty answer" and job.agent == "coder"

@@ -1,0 +1,96 @@
+"""The screenshots in docs/img are taken by this browser test from today's pages, so the README never
+shows a page that no longer looks like that. Each image has a recipe: the data it needs and the page.
+
+Every run takes the shot (so a recipe that no longer renders fails); it replaces the file in docs/img only
+with ``LESSONBOARD_UPDATE_SCREENSHOTS=1``, so a test run leaves the work tree clean (docs/testing.md)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.docs import docset
+from tests.factories import UserFactory
+from tests.lessonq.conftest import queue_dir  # noqa: F401  (re-exported fixture)
+from tests.triage.conftest import make_job
+
+IMG = docset.DOCS / "img"
+
+
+def dead_jobs() -> str:
+    """A dead-letter queue a team would recognise: a provider outage, parser failures, one of each."""
+    for n in range(4):
+        make_job(
+            task=f"Deploy the checkout service to staging ({n + 1}/4)",
+            agent="deployer",
+            error="Error code: 503 - upstream model server unavailable",
+            attempts=5,
+        )
+    make_job(
+        task="Edit main.go: split the handler into smaller functions",
+        agent="coder",
+        error="lesson parser: missing required blocks (situation, correction)",
+    )
+    make_job(
+        task="Summarise the failing integration tests",
+        agent="tester",
+        trigger="hallucination",
+        error="lesson parser: no recognized blocks in response",
+    )
+    make_job(task="Rename the billing module", agent="coder", error="Error code: 429 - rate limited", attempts=5)
+    return "/queue/"
+
+
+# image name → a function that makes its data and returns the page to photograph
+SHOTS: dict[str, Callable[[], str]] = {"queue.png": dead_jobs}
+
+
+def referenced_images() -> set[str]:
+    return {
+        Path(link.target).name
+        for path in docset.doc_files()
+        for link in docset.links(path)
+        if (link.source.parent / link.target).resolve().parent == IMG.resolve()
+    }
+
+
+def test_every_image_in_the_docs_has_a_recipe_and_every_recipe_is_used() -> None:
+    assert referenced_images() == set(SHOTS)
+    stale = {p.name for p in IMG.glob("*")} - set(SHOTS)
+    assert stale == set(), "images nothing produces any more"
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", sorted(SHOTS))
+def test_it_takes_the_screenshot_from_the_live_page(
+    name: str,
+    browser: Any,
+    live_server: Any,
+    login: Any,
+    queue_dir: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    UserFactory(username="alice", role="operator")
+    path = SHOTS[name]()
+    context = browser.new_context(viewport={"width": 1280, "height": 1000}, device_scale_factor=1)
+    page = context.new_page()
+    try:
+        login(page, "alice")
+        page.goto(live_server.url + path)
+        page.wait_for_load_state("networkidle")
+        assert page.locator("h1").count() == 1
+        shot = tmp_path / name
+        page.screenshot(path=str(shot))
+        assert shot.stat().st_size > 10_000
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        if os.environ.get("LESSONBOARD_UPDATE_SCREENSHOTS") == "1":
+            IMG.mkdir(exist_ok=True)
+            shutil.copyfile(shot, IMG / name)
+    finally:
+        context.close()

@@ -1,0 +1,242 @@
+"""The MCP server at /mcp, driven by the official SDK's own client over real HTTP against gunicorn:
+each tool's success path, scopes, bad arguments as tool errors, and the stdio bridge end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from lessonboard.models import Workspace
+from lessonq.models import Job
+from lessons.models import Lesson
+from lessons.review.models import Proposal
+from lessons.store import persist_lesson
+from tests.lessonq import conftest as lessonq_conftest
+from tests.support.processes import Gunicorn, subprocess_env
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+queue_dir = lessonq_conftest.queue_dir  # the queue suite's fixture: a fresh LESSONQ_BASE_DIR and node
+
+
+@pytest.fixture
+def web(queue_dir: Any, settings: Any, start_gunicorn: Callable[..., Gunicorn]) -> Gunicorn:
+    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE_NAME)
+    return start_gunicorn(env=env, workers=1)
+
+
+def run(url: str, token: str, body: Callable[[ClientSession], Awaitable[Any]]) -> Any:
+    """Open an MCP session to ``url`` with ``token`` and run ``body`` in it."""
+
+    async def main() -> Any:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+            async with streamable_http_client(url + "/mcp", http_client=http) as (read, write, *_):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    return await body(session)
+
+    return in_a_thread(main)
+
+
+def in_a_thread(main: Callable[[], Awaitable[Any]]) -> Any:
+    """``anyio.run(main)`` on a thread of its own: the browser tests' Playwright keeps an event loop
+    running in the main thread for the whole session."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(anyio.run, main).result()
+
+
+def structured(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    if result.structured_content is not None:
+        return dict(result.structured_content)
+    return json.loads(result.content[0].text)
+
+
+def test_it_lists_the_tools_with_their_argument_schemas(web: Gunicorn, agent_token: Any) -> None:
+    async def body(session: ClientSession) -> Any:
+        return await session.list_tools()
+
+    tools = {tool.name: tool for tool in run(web.url, agent_token("harness", "full"), body).tools}
+    assert set(tools) >= {"retrieve_lessons", "report_result", "propose_memory", "report_outcome"}
+    assert tools["retrieve_lessons"].input_schema["required"] == ["task"]
+    assert "Long-term Memory" in (tools["retrieve_lessons"].description or "")
+
+
+def test_it_retrieves_lessons_with_the_memory_block(web: Gunicorn, agent_token: Any) -> None:
+    persist_lesson(
+        situation="deploying with helm to the staging cluster",
+        mistake="forgot --atomic and left a half-applied release",
+        correction="always pass --atomic --timeout 5m to helm upgrade",
+        tags=["helm", "deploy"],
+        trigger="manual",
+    )
+
+    async def body(session: ClientSession) -> Any:
+        return await session.call_tool("retrieve_lessons", {"task": "deploy the api with helm", "k": 3})
+
+    answer = structured(run(web.url, agent_token("harness", "full"), body))
+    assert answer["memory_block"].startswith("## Long-term Memory")
+    assert "--atomic" in answer["memory_block"]
+    assert answer["lessons"][0]["correction"].startswith("always pass --atomic")
+
+
+def test_it_queues_a_failed_result_durably_like_the_trigger_api(
+    web: Gunicorn, agent_token: Any, queue_dir: Any
+) -> None:
+    async def body(session: ClientSession) -> Any:
+        failed = await session.call_tool(
+            "report_result",
+            {"task": "migrate the orders table", "error": "lock timeout after 30s", "agent": "migrator"},
+        )
+        fine = await session.call_tool("report_result", {"task": "say hello", "output": "hello"})
+        return failed, fine
+
+    failed, fine = run(web.url, agent_token("harness", "ingest"), body)
+    accepted = structured(failed)
+    assert accepted["status"] == "accepted"
+    assert (queue_dir / "wal" / f"{accepted['job_id']}.wal").exists()
+    job = Job.objects.get(pk=accepted["job_id"])
+    assert (job.task, job.agent) == ("migrate the orders table", "migrator")
+    assert structured(fine) == {"status": "no_trigger"}
+
+
+def test_it_sends_a_proposal_through_the_workspace_gates(web: Gunicorn, agent_token: Any) -> None:
+    async def body(session: ClientSession) -> Any:
+        return await session.call_tool(
+            "propose_memory",
+            {
+                "target": "memory",
+                "op": "add",
+                "content": "The staging cluster is called kestrel.",
+                "rationale": "seen in three deploy logs",
+                "score": 0.95,
+                "workspace": "payments",
+            },
+        )
+
+    answer = structured(run(web.url, agent_token("harness", "full"), body))
+    buckets = {name: answer[name] for name in ("applied", "rejected", "failed", "pending")}
+    assert sum(len(items) for items in buckets.values()) == 1
+    row = Proposal.objects.get(workspace__slug="payments")
+    assert row.content == "The staging cluster is called kestrel."
+    assert row.run.token is not None and row.run.token.name == "harness"
+    placed = next(name for name, items in buckets.items() if items)
+    assert row.status == placed
+
+
+def test_it_reports_how_a_task_went_after_a_retrieval(web: Gunicorn, agent_token: Any) -> None:
+    from lessons.usage.models import Retrieval
+
+    persist_lesson(situation="deploying with helm", mistake="", correction="pass --atomic", tags=[], trigger="manual")
+
+    async def body(session: ClientSession) -> Any:
+        found = structured(await session.call_tool("retrieve_lessons", {"task": "helm deploy"}))
+        reported = await session.call_tool(
+            "report_outcome", {"retrieval_id": found["retrieval_id"], "success": True, "note": "went fine"}
+        )
+        unknown = await session.call_tool("report_outcome", {"retrieval_id": 10**9, "success": False})
+        return found["retrieval_id"], reported, unknown
+
+    retrieval_id, reported, unknown = run(web.url, agent_token("harness", "full"), body)
+    assert structured(reported)["success"] is True
+    assert Retrieval.objects.get(pk=retrieval_id).outcome_note == "went fine"
+    assert unknown.is_error and "no retrieval" in unknown.content[0].text
+
+
+def test_it_refuses_a_tool_the_token_has_no_scope_for(web: Gunicorn, agent_token: Any) -> None:
+    async def body(session: ClientSession) -> Any:
+        return await session.call_tool("retrieve_lessons", {"task": "anything"})
+
+    result = run(web.url, agent_token("ingest-only", "ingest"), body)
+    assert result.is_error
+    assert "lacks the 'full' scope" in result.content[0].text
+    assert not Lesson.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "says"),
+    [
+        ("retrieve_lessons", {"task": "x", "k": 500}, "k"),
+        ("retrieve_lessons", {"k": 3}, "task"),
+        ("report_result", {"task": "t", "workspace": "Not A Slug!"}, "workspace"),
+        ("report_result", {"task": "t", "error": "e", "metadata": {"n": 1}}, "metadata"),
+        ("propose_memory", {"target": "memory", "op": "replace", "content": "c", "workspace": "w"}, "old_text"),
+        ("propose_memory", {"target": "nowhere", "op": "add", "content": "c"}, "target"),
+    ],
+)
+def test_it_answers_bad_arguments_with_a_tool_error(
+    web: Gunicorn, agent_token: Any, tool: str, arguments: dict[str, Any], says: str
+) -> None:
+    async def body(session: ClientSession) -> Any:
+        bad = await session.call_tool(tool, arguments)
+        still_up = await session.list_tools()  # the server is fine afterwards
+        return bad, still_up
+
+    bad, still_up = run(web.url, agent_token("harness", "full"), body)
+    assert bad.is_error
+    assert says in bad.content[0].text
+    assert still_up.tools
+    assert not Proposal.objects.exists() and not Job.objects.exists()
+
+
+def test_it_answers_401_without_a_valid_token(web: Gunicorn) -> None:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        web.url + "/mcp",
+        data=b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+        headers={"Content-Type": "application/json", "Authorization": "Bearer nope"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=30)
+    assert caught.value.code == 401
+    assert caught.value.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_the_stdio_bridge_relays_a_session_to_the_http_endpoint(web: Gunicorn, agent_token: Any) -> None:
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    Workspace.objects.for_slug("bridge")
+    token = agent_token("harness", "full")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["lb.py", "mcp-stdio", "--url", web.url + "/mcp", "--token", token],
+        env=subprocess_env(),
+    )
+
+    async def main() -> Any:
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = await session.list_tools()
+                called = await session.call_tool("report_result", {"task": "t", "error": "boom"})
+                return tools, called
+
+    tools, called = in_a_thread(main)
+    assert "report_result" in {tool.name for tool in tools.tools}
+    assert structured(called)["status"] == "accepted"
+    assert Job.objects.count() == 1
+
+
+def test_the_stdio_bridge_says_what_is_wrong_with_its_arguments() -> None:
+    done = subprocess.run(
+        [sys.executable, "lb.py", "mcp-stdio", "--url", "ftp://x", "--token", "t"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "--url must be an http(s) URL" in done.stderr

@@ -1,0 +1,137 @@
+"""The retrieval floor, the task length bound, the query-vector cache and the full-text bound."""
+
+import pytest
+
+from lessons import embeddings, retrieval, vectors
+from lessons.store import persist_lesson
+
+pytestmark = pytest.mark.django_db
+
+
+def add(situation, mistake, correction, tags=()):
+    return persist_lesson(
+        situation=situation, mistake=mistake, correction=correction, tags=list(tags), trigger="error"
+    ).lesson
+
+
+@pytest.fixture
+def corpus(db):
+    lessons = {
+        "cache": add(
+            "serving personalised responses behind a caching proxy or CDN",
+            "one user's page was cached and served to other users",
+            "mark per-user responses Cache-Control: private and set Vary",
+            ["cache", "cdn"],
+        ),
+        "rate": add(
+            "bulk calls to the payments API",
+            "no backoff after HTTP 429",
+            "retry 429 with exponential backoff and jitter",
+            ["rate-limit"],
+        ),
+        "migration": add(
+            "migração de banco que renomeia uma coluna em produção",
+            "renomeou a coluna direto e a versão antiga da aplicação quebrou",
+            "fazer a mudança em etapas: adicionar a nova coluna, copiar os dados e remover a antiga depois",
+            ["migracao"],
+        ),
+    }
+    vectors.embed_pending()
+    retrieval.query_vectors().clear()
+    return lessons
+
+
+def test_it_answers_an_off_topic_task_with_no_lesson_and_says_why(api, corpus):
+    body = api.post("/api/v1/lessons/retrieve", {"task": "what should I wear to a summer wedding on the beach"}).json()
+    assert body["lessons"] == [] and body["memory_block"] == ""
+    assert body["reason"].startswith("no lesson applies")
+    floor = body["explanation"]["floor"]
+    assert floor["passed"] is False and floor["best_similarity"] - floor["background_similarity"] < floor["margin"]
+
+
+def test_it_answers_an_on_topic_task_above_the_floor(api, corpus):
+    body = api.post(
+        "/api/v1/lessons/retrieve", {"task": "put the /me and /cart endpoints behind Cloudflare", "k": 1}
+    ).json()
+    assert [hit["id"] for hit in body["lessons"]] == [corpus["cache"].pk]
+    assert body["reason"] is None and body["explanation"]["floor"]["passed"] is True
+
+
+def test_it_lets_the_margin_turn_the_floor_off(corpus, settings):
+    settings.LESSONS_FLOOR_MARGIN = -1.0
+    result = retrieval.search("what should I wear to a summer wedding on the beach", k=3)
+    assert len(result.hits) == 3 and result.reason == ""
+
+
+def test_it_keeps_the_hits_of_a_person_browsing_below_the_floor_and_shows_the_verdict(corpus):
+    result = retrieval.search("what should I wear to a summer wedding on the beach", k=3, floor=False)
+    assert len(result.hits) == 3
+    assert result.explanation["floor"]["reason"].startswith("no lesson applies")
+
+
+def test_it_says_why_an_answer_is_empty_when_nothing_matches_the_filters(corpus):
+    result = retrieval.search("retry 429", filters=retrieval.Filters(workspace="nowhere"))
+    assert result.hits == [] and result.reason == "no lesson matches the task and the filters"
+
+
+def test_it_cuts_a_long_task_before_embedding_it(corpus, settings):
+    settings.LESSONS_QUERY_MAX_CHARS = 120
+    task = "bulk calls to the payments API answer 429; " * 500  # ~22,000 characters
+    result = retrieval.search(task, k=1)
+    assert result.explanation["truncated"] == {"from_chars": len(task), "to_chars": 120}
+    assert result.explanation["embedded_text"] == task[:120]
+    assert [hit.lesson for hit in result.hits] == [corpus["rate"]]
+
+
+def test_it_embeds_a_repeated_task_once(corpus, monkeypatch):
+    provider = embeddings.provider()
+    calls = []
+    real = provider.embed_query
+    monkeypatch.setattr(provider, "embed_query", lambda text: calls.append(text) or real(text))
+    first = retrieval.search("retry the payments API after 429", k=1)
+    second = retrieval.search("retry the payments API after 429", k=1)
+    assert calls == ["retry the payments API after 429"]
+    assert first.explanation["query_vector_cached"] is False and second.explanation["query_vector_cached"] is True
+    assert [h.lesson for h in first.hits] == [h.lesson for h in second.hits] == [corpus["rate"]]
+
+
+def test_it_evicts_the_least_recently_used_query_vector(corpus, settings):
+    settings.LESSONS_QUERY_CACHE_SIZE = 2
+    cache = retrieval.query_vectors()
+    provider = embeddings.provider()
+    for text in ("a task", "b task", "a task", "c task"):  # "b task" is the least recently used at "c task"
+        cache.get(provider, text)
+    assert cache.get(provider, "a task")[1] is True
+    assert cache.get(provider, "b task")[1] is False
+
+
+def test_it_ranks_at_most_the_configured_number_of_full_text_candidates(corpus, settings):
+    for job in ("nightly invoices", "refund sweep", "card audit", "ledger export"):
+        add(f"the {job} job calls the payments API", f"{job} hammered it", f"throttle the {job}", ["rate-limit"])
+    base = retrieval.Lesson.objects.active()
+    assert len(retrieval.text_branch("payments API backoff", base, 20)) == 5
+    settings.LESSONS_TEXT_CANDIDATES = 2
+    assert len(retrieval.text_branch("payments API backoff", base, 20)) == 2
+
+
+def test_it_shows_a_person_the_hits_and_the_floors_verdict_on_the_search_page(client_as, carol, corpus):
+    html = client_as(carol).get("/lessons/", {"q": "what should I wear to a summer wedding on the beach"}).content
+    page = html.decode()
+    assert "Below the floor: an agent's retrieve would get no lesson" in page
+    assert f"/lessons/{corpus['cache'].pk}/" in page  # the hits are still listed
+    on_topic = client_as(carol).get("/lessons/", {"q": "put the /me endpoint behind Cloudflare"}).content.decode()
+    assert "Below the floor" not in on_topic
+
+
+def test_it_keeps_the_floors_background_vectors_for_the_next_process(corpus, monkeypatch):
+    provider = embeddings.provider()
+    retrieval._background.clear()
+    first = retrieval.background_vectors(provider)
+    assert first.shape == (len(retrieval.background_sentences()), provider.dimensions)
+    retrieval._background.clear()  # a new process: the vectors come from the data dir, not the model
+
+    def refuse(texts):
+        raise AssertionError("embedded again")
+
+    monkeypatch.setattr(provider, "embed_documents", refuse)
+    assert (retrieval.background_vectors(provider) == first).all()
