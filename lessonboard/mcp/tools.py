@@ -33,8 +33,10 @@ current_token: contextvars.ContextVar[AgentToken | None] = contextvars.ContextVa
 INSTRUCTIONS = """\
 lessonboard keeps lessons learned from earlier agent runs. Before a task, call retrieve_lessons with the
 task and put the returned memory_block into your context. After a task, call report_result with what
-happened (an error or a poor result becomes a lesson for next time). To change long-term memory directly,
-call propose_memory: the workspace's gates apply it, reject it, or hold it for a person to approve."""
+happened and the retrieval_id retrieve_lessons gave (an error or a poor result becomes a lesson for next
+time); when there is nothing to report but how it went, call report_outcome with that retrieval_id,
+success and a note, so lessonboard learns which lessons help. To change long-term memory directly, call
+propose_memory: the workspace's gates apply it, reject it, or hold it for a person to approve."""
 
 server: MCPServer[Any] = MCPServer(
     name="lessonboard",

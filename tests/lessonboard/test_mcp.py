@@ -15,6 +15,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from lessonboard.mcp.tools import INSTRUCTIONS
 from lessonboard.models import Workspace
 from lessonboard.tokens import issue_token
 from lessonq.models import Job
@@ -72,6 +73,7 @@ def test_it_lists_the_tools_with_their_argument_schemas(web: Gunicorn, agent_tok
     assert set(tools) >= {"retrieve_lessons", "report_result", "propose_memory", "report_outcome"}
     assert tools["retrieve_lessons"].input_schema["required"] == ["task"]
     assert "Long-term Memory" in (tools["retrieve_lessons"].description or "")
+    assert [name for name in tools if name not in INSTRUCTIONS] == []  # the server's instructions name every tool
 
 
 def test_it_retrieves_lessons_with_the_memory_block(web: Gunicorn, agent_token: Any) -> None:
