@@ -2,7 +2,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from lessonboard import api_views, mcp_views, metrics, views
+from lessonboard import api_views, metrics, views
+from lessonboard.mcp import views as mcp_views
 
 urlpatterns = [
     # First: the trigger API is the busiest route, and every include tried before it costs a failed

@@ -25,11 +25,42 @@ def test_every_template_lives_in_the_top_level_templates_folder() -> None:
     assert "layout-rule" in docset.anchors(docset.DOCS / "architecture.md")
 
 
+# A module named for what a sub-area's package would hold (``mcp_tools.py``, ``review_models.py``): the
+# sub-area wants a package (``mcp/tools.py``).
+SUB_AREA_MODULE = re.compile(
+    r"[a-z0-9]+_(models|admin|metrics|urls|queries|views|tools|stdio|tasks|forms|schemas|api)\.py"
+)
+# ``api_views.py`` is the established name of an app's (or sub-area package's) JSON API views, beside its
+# HTML ``views.py``: the same area's second front door, not a sub-area of its own.
+ESTABLISHED = {"api_views.py"}
+
+
+def prefixed_modules(paths: list[str]) -> list[str]:
+    """The modules (repository paths) that make a sub-area out of prefixed modules: one named like a
+    sub-area's module, or two or more in one folder sharing the prefix before their first ``_``.
+    Management commands are named after the command they add, so they are left out."""
+    flagged = set()
+    by_prefix: dict[tuple[str, str], list[str]] = {}
+    for path in paths:
+        folder, _, name = path.rpartition("/")
+        if "/management/commands" in f"/{folder}" or name in ESTABLISHED or "_" not in name.strip("_"):
+            continue
+        if SUB_AREA_MODULE.fullmatch(name):
+            flagged.add(path)
+        by_prefix.setdefault((folder, name.split("_")[0]), []).append(path)
+    flagged.update(path for group in by_prefix.values() if len(group) > 1 for path in group)
+    return sorted(flagged)
+
+
+def test_the_prefixed_module_rule_catches_what_it_should() -> None:
+    caught = ["a/mcp_tools.py", "a/mcp_views.py", "a/mcp_stdio.py", "a/review_models.py", "b/x_one.py", "b/x_two.py"]
+    allowed = ["a/api_views.py", "a/e5_onnx.py", "c/management/commands/create_user.py"]
+    allowed += ["c/management/commands/create_agent_token.py", "a/__init__.py", "a/views.py", "b/x.py"]
+    assert prefixed_modules(caught + allowed) == sorted(caught)
+
+
 def test_sub_areas_are_packages_not_prefixed_modules() -> None:
-    prefixed = [
-        docset.rel(p) for p in app_modules() if re.fullmatch(r"[a-z]+_(models|admin|metrics|urls|queries)\.py", p.name)
-    ]
-    assert prefixed == []
+    assert prefixed_modules([docset.rel(p) for p in app_modules()]) == []
 
 
 def test_there_are_no_grab_bag_modules() -> None:

@@ -15,7 +15,9 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from lessonboard.mcp.tools import INSTRUCTIONS
 from lessonboard.models import Workspace
+from lessonboard.tokens import issue_token
 from lessonq.models import Job
 from lessons.models import Lesson
 from lessons.review.models import Proposal
@@ -71,6 +73,7 @@ def test_it_lists_the_tools_with_their_argument_schemas(web: Gunicorn, agent_tok
     assert set(tools) >= {"retrieve_lessons", "report_result", "propose_memory", "report_outcome"}
     assert tools["retrieve_lessons"].input_schema["required"] == ["task"]
     assert "Long-term Memory" in (tools["retrieve_lessons"].description or "")
+    assert [name for name in tools if name not in INSTRUCTIONS] == []  # the server's instructions name every tool
 
 
 def test_it_retrieves_lessons_with_the_memory_block(web: Gunicorn, agent_token: Any) -> None:
@@ -152,6 +155,84 @@ def test_it_reports_how_a_task_went_after_a_retrieval(web: Gunicorn, agent_token
     assert structured(reported)["success"] is True
     assert Retrieval.objects.get(pk=retrieval_id).outcome_note == "went fine"
     assert unknown.is_error and "no retrieval" in unknown.content[0].text
+
+
+def test_it_queues_the_same_failed_result_once(web: Gunicorn, agent_token: Any) -> None:
+    report = {"task": "migrate the orders table", "error": "lock timeout after 30s", "agent": "migrator"}
+
+    async def body(session: ClientSession) -> Any:
+        return await session.call_tool("report_result", report), await session.call_tool("report_result", report)
+
+    first, second = (structured(result) for result in run(web.url, agent_token("harness", "ingest"), body))
+    assert first["status"] == "accepted"
+    assert second == {"job_id": first["job_id"], "status": "deduped"}
+    assert Job.objects.count() == 1
+
+
+PROPOSAL: dict[str, Any] = {
+    "target": "memory",
+    "op": "add",
+    "content": "The staging cluster is called kestrel.",
+    "score": 0.95,
+}
+
+
+def test_a_bound_token_uses_only_its_own_workspace(web: Gunicorn) -> None:
+    Workspace.objects.create(slug="mine", name="mine")
+    Workspace.objects.create(slug="theirs", name="theirs")
+    token = issue_token("bound", ["full"], workspaces=["mine"]).plaintext
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("propose_memory", PROPOSAL),
+        ("retrieve_lessons", {"task": "deploy"}),
+        ("report_result", {"task": "deploy", "error": "helm timed out"}),
+    ]
+
+    async def body(session: ClientSession) -> Any:
+        theirs = [await session.call_tool(tool, {**arguments, "workspace": "theirs"}) for tool, arguments in calls]
+        unknown = await session.call_tool("propose_memory", {**PROPOSAL, "workspace": "another-new-one"})
+        mine = [await session.call_tool(tool, {**arguments, "workspace": "mine"}) for tool, arguments in calls]
+        return theirs, unknown, mine
+
+    theirs, unknown, mine = run(web.url, token, body)
+    for refused in [*theirs, unknown]:
+        assert refused.is_error
+        assert "bound to workspace(s) mine" in refused.content[0].text
+        assert "(argument: workspace)" in refused.content[0].text
+    proposed, retrieved, reported = (structured(result) for result in mine)
+    assert proposed["workspace"] == "mine"
+    assert "memory_block" in retrieved
+    assert reported["status"] == "accepted"
+    assert [row.workspace.slug for row in Proposal.objects.all()] == ["mine"]
+    assert list(Job.objects.values_list("workspace__slug", flat=True)) == ["mine"]
+    assert not Workspace.objects.filter(slug="another-new-one").exists()
+
+
+def test_a_token_creates_a_workspace_over_mcp_only_when_the_api_lets_it(web: Gunicorn) -> None:
+    report = {"task": "deploy", "error": "helm timed out", "workspace": "brand-new"}
+    refused_token = issue_token("plain", ["ingest"]).plaintext
+    allowed_token = issue_token("creator", ["ingest"], may_create_workspaces=True).plaintext
+
+    async def body(session: ClientSession) -> Any:
+        return await session.call_tool("report_result", report)
+
+    refused = run(web.url, refused_token, body)
+    assert refused.is_error
+    assert "this token may not create workspaces" in refused.content[0].text
+    assert not Workspace.objects.filter(slug="brand-new").exists() and not Job.objects.exists()
+
+    assert structured(run(web.url, allowed_token, body))["status"] == "accepted"
+    assert Workspace.objects.filter(slug="brand-new").exists()
+
+
+def test_it_refuses_a_proposal_from_an_ingest_token(web: Gunicorn, agent_token: Any) -> None:
+    async def body(session: ClientSession) -> Any:
+        return await session.call_tool("propose_memory", {**PROPOSAL, "workspace": "payments"})
+
+    result = run(web.url, agent_token("ingest-only", "ingest"), body)
+    assert result.is_error
+    assert "lacks the 'full' scope" in result.content[0].text
+    assert not Proposal.objects.exists()
+    assert not Workspace.objects.filter(slug="payments").exists()
 
 
 def test_it_refuses_a_tool_the_token_has_no_scope_for(web: Gunicorn, agent_token: Any) -> None:

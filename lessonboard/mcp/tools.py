@@ -2,12 +2,14 @@
 
 The tools are thin: each one hands its arguments to the same code as the JSON API
 (``lessonboard.api.call_view`` runs the endpoint in-process, scope check and validation included; the
-memory proposal goes through ``lessons.review.staging.run_review`` with the agent as the proposer), so the
-two front doors cannot drift apart. The MCP SDK (``mcp``) does the protocol: JSON-RPC, the tool schemas
-it derives from the signatures below, argument validation and the tool-error shape.
+memory proposal resolves its workspace with the API's ``workspace_for``, the token's workspace binding and
+its right to create workspaces included, and goes through ``lessons.review.staging.run_review`` with the
+agent as the proposer), so the two front doors cannot drift apart. The MCP SDK (``mcp``) does the
+protocol: JSON-RPC, the tool schemas it derives from the signatures below, argument validation and the
+tool-error shape.
 
 Transport: Streamable HTTP in stateless, JSON-response mode, served by Django at ``/mcp`` (see
-``lessonboard.mcp_views``): every POST carries one JSON-RPC message and gets its answer in the response
+``lessonboard.mcp.views``): every POST carries one JSON-RPC message and gets its answer in the response
 body, so any gunicorn worker can answer it and nothing is kept between requests.
 """
 
@@ -22,8 +24,8 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from lessonboard.api import ApiError, call_view
-from lessonboard.models import AgentToken, TokenScope, Workspace
+from lessonboard.api import ApiError, call_view, workspace_for
+from lessonboard.models import AgentToken, TokenScope
 
 # The token the current /mcp request authenticated with; set by the view around each request.
 current_token: contextvars.ContextVar[AgentToken | None] = contextvars.ContextVar("mcp_token", default=None)
@@ -31,8 +33,10 @@ current_token: contextvars.ContextVar[AgentToken | None] = contextvars.ContextVa
 INSTRUCTIONS = """\
 lessonboard keeps lessons learned from earlier agent runs. Before a task, call retrieve_lessons with the
 task and put the returned memory_block into your context. After a task, call report_result with what
-happened (an error or a poor result becomes a lesson for next time). To change long-term memory directly,
-call propose_memory: the workspace's gates apply it, reject it, or hold it for a person to approve."""
+happened and the retrieval_id retrieve_lessons gave (an error or a poor result becomes a lesson for next
+time); when there is nothing to report but how it went, call report_outcome with that retrieval_id,
+success and a note, so lessonboard learns which lessons help. To change long-term memory directly, call
+propose_memory: the workspace's gates apply it, reject it, or hold it for a person to approve."""
 
 server: MCPServer[Any] = MCPServer(
     name="lessonboard",
@@ -51,12 +55,16 @@ def _token(scope: str) -> AgentToken:
     return token
 
 
+def _refusal(message: str, field: str | None) -> ToolError:
+    return ToolError(f"{message} (argument: {field})" if field else message)
+
+
 def _answer(status: int, body: Any) -> dict[str, Any]:
     """The endpoint's answer as the tool's result; a 4xx/5xx becomes a tool error naming the field."""
     if status >= 400:
         message = body.get("error", f"failed with HTTP {status}") if isinstance(body, dict) else str(body)
         field = body.get("field") if isinstance(body, dict) else None
-        raise ToolError(f"{message} (argument: {field})" if field else message)
+        raise _refusal(message, field)
     return body if isinstance(body, dict) else {"result": body}
 
 
@@ -175,16 +183,19 @@ def _propose(raw: dict[str, Any], slug: str, agent: str) -> dict[str, Any]:
     try:
         slug = _workspace_slug(slug)
         proposal = parse_proposal({k: v for k, v in raw.items() if v is not None})
-    except (ApiError, InvalidProposal) as exc:
-        raise ToolError(getattr(exc, "message", None) or str(exc)) from exc
+        # As ``POST /api/v1/reviews`` does: a bound token names only its own workspaces, and an unknown
+        # workspace is created only for a token that may create one.
+        workspace = workspace_for(token, slug)
+    except ApiError as exc:
+        raise _refusal(exc.message, exc.field) from exc
+    except InvalidProposal as exc:
+        raise ToolError(str(exc)) from exc
     summary = f"proposal from {agent or token.name} over MCP: {proposal.label()}"
     if proposal.rationale:
         summary += f" — {proposal.rationale}"
     summary = summary[: settings.REVIEW_SUMMARY_MAX]
     # The agent is the proposer: the pass, its gates, the store and the records are the API's own.
-    result = run_review(
-        Workspace.objects.for_slug(slug), summary, agent=agent, proposer=lambda _summary: [proposal], token=token
-    )
+    result = run_review(workspace, summary, agent=agent, proposer=lambda _summary: [proposal], token=token)
     if result.error is not None:
         raise ToolError(f"{result.error.stage}: {result.error.message}")
     rows = list(result.run.proposals.order_by("position"))
