@@ -7,7 +7,7 @@ from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 
 # (label, url name, permission needed or None). An entry shows only once its page exists (its URL
-# name resolves) and the user may see it: later issues add pages, never stubs.
+# name resolves) and the user may see it, so the navigation never links to a page that is not there.
 NAV: list[tuple[str, str, str | None]] = [
     ("Overview", "overview", None),
     ("Lessons", "lessons:search", None),

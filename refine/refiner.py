@@ -20,7 +20,8 @@ DIRECTIVE = "[REFINE_DRAFT]"
 DEFAULT_TASK = "Improve the quality and accuracy of the following draft."
 NO_MATERIAL_ISSUES = "no material issues"
 
-# Our own words for chatcli's defaultRefinerPrompt (the spec gives its content, not its text).
+# Our own words for chatcli's defaultRefinerPrompt: docs/compat/chatcli.md#refiner-protocol records what it
+# asks for, not its wording.
 SYSTEM_PROMPT = """You are a careful reviewer and editor. You receive a task and a draft answer to it.
 
 First, critique the draft privately in 3 to 6 short bullets: logical gaps, factual errors, vague claims,

@@ -429,7 +429,7 @@ def similar_lessons(job: Job, *, limit: int = 5) -> tuple[str, list[Any]]:
     """ "Seen this before?" over the lesson store: ``(method, lessons)``, each lesson with a
     ``similarity`` attribute.
 
-    The one switch point: with ``lessons.retrieval`` (the lessons issue's hybrid search) present, its
+    The one switch point: with ``lessons.retrieval`` (the lesson store's hybrid search) present, its
     full-text and tag branches fused by RRF — not the vector branch, which would call the embeddings
     endpoint from a page view. Without it: trigram similarity of the lesson content to the job's task
     and normalised error (no index; the store is small next to the queue)."""

@@ -1,5 +1,5 @@
-"""Gates decide each proposal: ``approve`` (apply now), ``reject`` (the reason is kept), or ``hold``
-(it waits in the approval queue as ``pending``).
+"""Gates decide each proposal (docs/compat/hermes.md#gates): ``approve`` (apply now), ``reject`` (the
+reason is kept), or ``hold`` (it waits in the approval queue as ``pending``).
 
 - ``score_gate(threshold)``: hermes' ``scoreThresholdGate``, score ≥ threshold (inclusive) approves.
 - ``human_gate``: everything waits for a person.

@@ -14,6 +14,7 @@ from lessonboard.tokens import issue_token
 from lessonq.models import Job, JobState
 from lessons.models import Lesson
 from lessons.review.models import Proposal
+from lessons.usage.models import Retrieval
 from tests.docs import docset
 from tests.docs.conftest import Stack
 from tests.support.wait import wait_for
@@ -59,6 +60,7 @@ def test_the_tour_turns_a_trigger_into_a_lesson_and_a_pending_proposal(stack: St
         timeout=60,
         what="the tour's job to succeed",
     )
+    assert job is not None and job.lesson_id is not None  # wait_for returned it: it is there
     lesson = Lesson.objects.get(pk=job.lesson_id)
     assert lesson.correction == "make targeted edits and run the build after each"
     wait_for(
@@ -95,7 +97,7 @@ def test_the_python_example_injects_the_lessons_and_reports_the_failure(stack: S
         lambda: not Lesson.objects.filter(embedding__isnull=True).exists(), timeout=60, what="the lesson's embedding"
     )
     out = run_ok(stack, example("agents.md", "agents-python"), tmp_path)
-    assert "'status': 'accepted'" in out
+    assert "'status': 'accepted'" in out and "'outcome': 'failure'" in out
 
     prompts = [
         r.json["messages"][0]["content"]
@@ -106,3 +108,14 @@ def test_the_python_example_injects_the_lessons_and_reports_the_failure(stack: S
     assert "\n\n## Long-term Memory\n- [lesson] LESSON: editing a large Go file" in prompts[-1]
     job = Job.objects.get(task="Edit a large Go file without breaking the build")
     assert job.outcome == "ERROR: the model returned an empty answer" and job.agent == "coder"
+    # The report named its retrieval: that retrieval is recorded as a failed task.
+    retrieval = Retrieval.objects.get(task="Edit a large Go file without breaking the build")
+    assert retrieval.success is False and retrieval.returned == 1
+
+
+def test_the_outcome_example_records_how_the_task_of_its_retrieval_went(stack: Stack, tmp_path: Path) -> None:
+    answer = json.loads(run_ok(stack, example("agents.md", "agents-outcome"), tmp_path))
+    retrieval = Retrieval.objects.get(pk=answer["retrieval_id"])
+    assert retrieval.task == "Add a database migration for the orders table" and retrieval.agent == "coder"
+    assert retrieval.success is True and retrieval.outcome_note == "the migration ran in CI"
+    assert answer == {"retrieval_id": retrieval.pk, "success": True, "lessons": []}

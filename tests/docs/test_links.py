@@ -29,8 +29,11 @@ def test_it_resolves_every_docs_citation_in_the_code() -> None:
 
 
 def test_it_refers_to_nothing_outside_the_repository() -> None:
-    """No path into a sibling checkout, no outside spec's section numbers, no tracker issue numbers."""
-    outside = re.compile(r"\.\./shared|\bspec §|\b[Ii]ssues? #?\d+\b|\bARCHITECTURE\.md\b")
+    """No path into a sibling checkout, no outside specification (its section numbers, or "the spec"), no
+    tracker issue numbers or notes."""
+    outside = re.compile(
+        r"\.\./shared|\bspec §|\b[Ii]ssues? #?\d+\b|\bARCHITECTURE\.md\b|(?i:\bthe spec\b|\bissues? notes?\b)"
+    )
     hits = []
     for path in docset.repo_files():  # every text file, scripts without a suffix (.ci/run) included
         if path == docset.ROOT / "tests" / "docs" / "test_links.py":

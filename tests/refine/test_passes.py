@@ -30,7 +30,8 @@ class ScriptedLLM:
 
 
 class StubChecker:
-    """The spec's stub checker: answers scripted (similarity, converged) pairs in order."""
+    """A ``refine.convergence.Checker`` in place of the cascade: answers scripted (similarity, converged) pairs
+    in order."""
 
     def __init__(self, *answers):
         self.answers = list(answers)
