@@ -11,7 +11,7 @@ from django.http import HttpResponse, JsonResponse
 from pydantic import BeforeValidator, Field
 
 from lessonboard.api import ApiError, ApiRequest, Described, api_view, check_workspace, json_body, workspace_for
-from lessonboard.models import SLUG_RE, TokenScope
+from lessonboard.models import SLUG_RE, AgentToken, TokenScope
 from lessonboard.schemas import PATTERN, SLUG_MESSAGE, RequestModel, ResponseModel, Says, validated
 from lessonq.ingest import AgentResult, LessonRequest, detect, enqueue
 from lessonq.models import Trigger
@@ -158,7 +158,9 @@ def triggers(request: ApiRequest) -> HttpResponse:
     data = json_body(request, max_bytes=MAX_BODY, keep_text=True)
     lesson_request, agent, workspace, served_for = parse_request(data)
     if lesson_request is None:
-        return JsonResponse({"status": "no_trigger", **_outcome(served_for, success=True)}, status=200)
+        return JsonResponse(
+            {"status": "no_trigger", **_outcome(served_for, success=True, token=request.agent_token)}, status=200
+        )
     if workspace:
         try:
             workspace_for(request.agent_token, workspace)  # bound tokens; who may create one
@@ -176,17 +178,21 @@ def triggers(request: ApiRequest) -> HttpResponse:
         raise ApiError(
             f"the lesson queue cannot store the trigger right now: {exc.strerror or exc}", status=503
         ) from exc
-    body = {"job_id": result.job_id, "status": result.status, **_outcome(served_for, success=False)}
+    body = {
+        "job_id": result.job_id,
+        "status": result.status,
+        **_outcome(served_for, success=False, token=request.agent_token),
+    }
     return JsonResponse(body, status=202)
 
 
-def _outcome(retrieval: int | None, *, success: bool) -> dict[str, str]:
+def _outcome(retrieval: int | None, *, success: bool, token: AgentToken) -> dict[str, str]:
     """A trigger naming the retrieval it followed is that task's outcome: a failure when a trigger fired,
     a success when none did. The trigger is answered whatever happens here (it is already durable)."""
     if retrieval is None:
         return {}
     try:
-        report_outcome(retrieval, success=success)
+        report_outcome(retrieval, success=success, token=token)
     except OutcomeError as exc:
         return {"outcome": f"not recorded: {exc.message}"}
     except DatabaseError:

@@ -251,7 +251,8 @@ def outcome(request: HttpRequest) -> JsonResponse:
     of every lesson it served. A failure can also be reported as a trigger carrying ``retrieval_id``."""
     body = validated(OutcomeBody, json_body(request, max_bytes=64 * 1024))
     try:
-        row = report_outcome(body.retrieval_id, success=body.success, note=body.note or "")
+        token: AgentToken = request.agent_token  # type: ignore[attr-defined]
+        row = report_outcome(body.retrieval_id, success=body.success, note=body.note or "", token=token)
     except OutcomeError as exc:
         raise ApiError(exc.message, status=exc.status, field=exc.field) from exc
     served = list(row.served.values_list("lesson_id", flat=True))

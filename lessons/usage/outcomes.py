@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
@@ -22,6 +23,9 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from lessons.usage.models import LessonUsage, Retrieval, Served
+
+if TYPE_CHECKING:
+    from lessonboard.models import AgentToken
 
 
 class OutcomeError(Exception):
@@ -32,19 +36,31 @@ class OutcomeError(Exception):
         self.status = status
 
 
-def report_outcome(retrieval_id: int, *, success: bool, note: str = "") -> Retrieval:
+def report_outcome(retrieval_id: int, *, success: bool, note: str = "", token: AgentToken | None = None) -> Retrieval:
     """Record how the task of ``retrieval_id`` went (the latest report wins) and bring the usefulness of
-    every lesson it served up to date. ``OutcomeError`` (404) for an unknown retrieval."""
+    every lesson it served up to date. ``OutcomeError`` (404) for an unknown retrieval; (403) when
+    ``token`` is bound to workspaces and the retrieval was neither its own nor in one of them."""
     with transaction.atomic():
         row = Retrieval.objects.select_for_update().filter(pk=retrieval_id).first()
         if row is None:
             raise OutcomeError(f"no retrieval {retrieval_id} (unknown, or older than the log keeps)", status=404)
+        if token is not None and not _may_report(token, row):
+            raise OutcomeError(
+                f"this token is bound to workspace(s) {', '.join(token.workspaces)}; "
+                f"retrieval {retrieval_id} was made for another workspace",
+                status=403,
+            )
         row.success = success
         row.outcome_note = note[: settings.LESSONS_LOG_TASK_MAX]
         row.outcome_at = timezone.now()
         row.save(update_fields=["success", "outcome_note", "outcome_at"])
         refresh_usage(row.served.values_list("lesson_id", flat=True))
     return row
+
+
+def _may_report(token: AgentToken, row: Retrieval) -> bool:
+    """An unbound token reports on any retrieval; a bound one on its own and on its workspaces' ones."""
+    return row.token_id == token.pk or token.may_name(row.workspace)
 
 
 def baselines() -> dict[str, float]:

@@ -102,6 +102,26 @@ def test_a_bound_token_names_only_its_workspaces() -> None:
     assert len(bound.get("/api/v1/workspaces").json()["workspaces"]) == 1
 
 
+def test_a_bound_token_reports_outcomes_only_for_its_own_workspaces_retrievals() -> None:
+    """Retrieval ids are sequential: a bound token must not mark how another workspace's tasks went."""
+    from lessons.usage.models import Retrieval
+
+    WorkspaceFactory(slug="mine")
+    WorkspaceFactory(slug="theirs")
+    bound = client(["full"], workspaces=["mine"])
+    theirs = client(["full"]).post(RETRIEVE, {"task": "deploy", "workspace": "theirs"}).json()["retrieval_id"]
+    own = bound.post(RETRIEVE, {"task": "deploy", "workspace": "mine"}).json()["retrieval_id"]
+
+    refused = bound.post("/api/v1/outcomes", {"retrieval_id": theirs, "success": False})
+    assert (refused.status_code, refused.json()["field"]) == (403, "retrieval_id")
+    by_trigger = bound.post(TRIGGERS, {**trigger("mine"), "retrieval_id": theirs})
+    assert by_trigger.status_code == 202 and by_trigger.json()["outcome"].startswith("not recorded: this token is bound")
+    assert Retrieval.objects.get(pk=theirs).success is None
+
+    assert bound.post("/api/v1/outcomes", {"retrieval_id": own, "success": True}).status_code == 200
+    assert Retrieval.objects.get(pk=own).success is True
+
+
 def test_the_binding_survives_the_offline_token_copy() -> None:
     from lessonboard.tokens import authenticate, authenticate_offline
 
