@@ -81,11 +81,15 @@ if BEHIND_TLS_PROXY:
 # shown through a message and must not travel in a readable cookie.
 MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 # Login throttling (django-axes): after LOGIN_FAILURE_LIMIT wrong passwords for one user from one
-# address, that pair is refused for LOGIN_LOCKOUT (each further try restarts the wait); an admin unlocks
-# early in the admin's "Access attempts". Lockouts and unlocks are in the audit log.
+# address, that pair is refused for LOGIN_LOCKOUT (each further try restarts the wait); after
+# LOGIN_ADDRESS_FAILURE_LIMIT failures from one address for all user names together, that address is
+# refused for every user (lessonboard.login.LoginAttemptHandler). An admin unlocks early in the admin's
+# "Access attempts". Lockouts and unlocks are in the audit log.
 AXES_FAILURE_LIMIT = env.integer("LESSONBOARD_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+LOGIN_ADDRESS_FAILURE_LIMIT = env.integer("LESSONBOARD_LOGIN_ADDRESS_FAILURE_LIMIT", 20, minimum=1)
+AXES_HANDLER = "lessonboard.login.LoginAttemptHandler"
 AXES_COOLOFF_TIME = env.duration("LESSONBOARD_LOGIN_LOCKOUT", 900.0, minimum=1) / 3600  # axes wants hours
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]  # a success forgets only its own pair's failures
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_CLIENT_IP_CALLABLE = "lessonboard.login.client_address"

@@ -97,6 +97,63 @@ def test_an_admin_unlocks_a_pair_and_the_unlock_is_audited(settings: Any, dave: 
     assert AuditEvent.objects.filter(action="auth.lockout").count() == 2
 
 
+def test_one_address_trying_many_user_names_is_locked_out_for_every_user(settings: Any, dave: Any) -> None:
+    settings.AXES_FAILURE_LIMIT = 5
+    settings.LOGIN_ADDRESS_FAILURE_LIMIT = 8
+    sprayer = Client()
+    for n in range(7):  # one guess per name: no user+address pair comes near its own limit
+        assert login(sprayer, f"user{n}", "wrong", address="10.0.0.66").status_code == 200
+    locked = login(sprayer, "user7", "wrong", address="10.0.0.66")
+    assert locked.status_code == 429
+    assert "Too many failed logins" in locked.content.decode()
+
+    # Now every user is refused from that address, even with the right password.
+    assert login(sprayer, "dave", PASSWORD, address="10.0.0.66").status_code == 429
+    assert SESSION_KEY not in sprayer.session
+    for n in range(8, 12):
+        assert login(sprayer, f"user{n}", "wrong", address="10.0.0.66").status_code == 429
+
+    lockouts = AuditEvent.objects.filter(action="auth.lockout")
+    assert [(e.object_type, e.object_ids, e.result) for e in lockouts] == [
+        ("address", ["10.0.0.66"], {"ip_address": "10.0.0.66", "failures": 8})
+    ]  # once, however many names it tries after
+
+    # The same user from another address is not affected: the spraying address cannot lock dave out.
+    elsewhere = Client()
+    assert login(elsewhere, "dave", PASSWORD, address="10.0.0.9").status_code == 302
+    assert SESSION_KEY in elsewhere.session
+
+
+def test_logging_in_as_oneself_does_not_forget_failures_against_another_user(settings: Any, dave: Any) -> None:
+    settings.AXES_FAILURE_LIMIT = 3
+    settings.LOGIN_ADDRESS_FAILURE_LIMIT = 20
+    UserFactory(username="mallory", role="viewer")
+    client = Client()
+    login(client, "dave", "wrong")
+    login(client, "dave", "wrong")
+    assert login(client, "mallory", PASSWORD).status_code == 302  # the guesser's own account
+    client.logout()
+    assert login(client, "dave", "wrong").status_code == 429  # dave's count from this address was kept
+    assert AccessAttempt.objects.get(username="dave").failures_since_start == 3
+
+
+def test_an_admin_unlocks_an_address_by_unlocking_its_rows(settings: Any, dave: Any, admin_user: Any) -> None:
+    settings.AXES_FAILURE_LIMIT = 5
+    settings.LOGIN_ADDRESS_FAILURE_LIMIT = 3
+    client = Client()
+    for name in ("x", "y", "z"):
+        login(client, name, "wrong", address="10.0.0.66")
+    assert login(client, "dave", PASSWORD, address="10.0.0.66").status_code == 429
+
+    admin = Client()
+    admin.force_login(admin_user)
+    rows = [str(pk) for pk in AccessAttempt.objects.filter(ip_address="10.0.0.66").values_list("pk", flat=True)]
+    response = admin.post("/admin/axes/accessattempt/", {"action": "unlock_selected", "_selected_action": rows})
+    assert response.status_code == 302
+    assert login(client, "dave", PASSWORD, address="10.0.0.66").status_code == 302
+    assert AuditEvent.objects.filter(action="auth.unlock", result__ip_address="10.0.0.66").count() == len(rows)
+
+
 def test_the_admin_login_page_is_throttled_too(settings: Any, admin_user: Any) -> None:
     settings.AXES_FAILURE_LIMIT = 2
     client = Client()
