@@ -115,7 +115,9 @@ def test_a_bound_token_reports_outcomes_only_for_its_own_workspaces_retrievals()
     refused = bound.post("/api/v1/outcomes", {"retrieval_id": theirs, "success": False})
     assert (refused.status_code, refused.json()["field"]) == (403, "retrieval_id")
     by_trigger = bound.post(TRIGGERS, {**trigger("mine"), "retrieval_id": theirs})
-    assert by_trigger.status_code == 202 and by_trigger.json()["outcome"].startswith("not recorded: this token is bound")
+    assert by_trigger.status_code == 202 and by_trigger.json()["outcome"].startswith(
+        "not recorded: this token is bound"
+    )
     assert Retrieval.objects.get(pk=theirs).success is None
 
     assert bound.post("/api/v1/outcomes", {"retrieval_id": own, "success": True}).status_code == 200
