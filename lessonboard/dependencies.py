@@ -11,7 +11,7 @@ is cached a few seconds: every open Overview polls it.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import openai
@@ -77,7 +77,7 @@ def _workers() -> tuple[bool, str]:
         return True, f"{fresh} worker{'s' if fresh != 1 else ''} answered in the last 2 minutes"
     newest = WorkerHeartbeat.objects.order_by("-last_seen").first()
     return False, "no worker answered in the last 2 minutes" + (
-        f" (last: {newest.hostname} at {timezone.localtime(newest.last_seen):%Y-%m-%d %H:%M:%S})" if newest else ""
+        f" (last: {newest.hostname} at {newest.last_seen.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC)" if newest else ""
     )
 
 

@@ -167,7 +167,7 @@ def _knowledge_gaps() -> list[Item]:
     for group in gaps.open_gap_groups()[:LIMIT]:
         agents = ", ".join(sorted(group.agents)) or "an agent"
         detail = f"asked {group.count}× by {agents} · no lesson applied"
-        url = reverse("lessons:gaps")
+        url = group.write_url  # the "Write a lesson" form, prefilled with the task
         # Keyed by the group's newest retrieval: a new phrasing that joins the group changes the key.
         items.append(
             Item(

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from urllib.parse import urlencode
 
 import numpy as np
 from django.conf import settings
+from django.urls import reverse
 from django.utils import timezone
 
 from lessons.usage.models import Retrieval
@@ -32,6 +34,11 @@ class GapGroup:
     @property
     def count(self) -> int:
         return len(self.ids)
+
+    @property
+    def write_url(self) -> str:
+        """The lesson list's "Write a lesson" form, prefilled with the group's task."""
+        return reverse("lessons:search") + "?" + urlencode({"new": self.task[:2000]}) + "#new-lesson"
 
 
 def open_gap_groups(*, workspace: str = "") -> list[GapGroup]:

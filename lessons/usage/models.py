@@ -94,3 +94,11 @@ class LessonUsage(models.Model):
     @property
     def success_rate(self) -> float | None:
         return self.successes / self.outcomes if self.outcomes else None
+
+    @property
+    def baseline(self) -> float | None:
+        """The success rate these tasks' agents have anyway, as ``usefulness`` measured it: the mean of each
+        outcome's agent baseline, which is the success rate minus the usefulness. ``None`` while usefulness is."""
+        if self.usefulness is None or self.success_rate is None:
+            return None
+        return self.success_rate - self.usefulness

@@ -3,12 +3,9 @@ for this". Reading needs ``lessonboard.view_dashboard``; dismissing needs ``less
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from lessonboard.models import AuditEvent
@@ -27,7 +24,7 @@ def gaps_page(request: HttpRequest) -> HttpResponse:
     rows = [
         {
             "group": group,
-            "write_url": reverse("lessons:search") + "?" + urlencode({"new": group.task[:2000]}) + "#new-lesson",
+            "write_url": group.write_url,
             "ids": ",".join(str(pk) for pk in group.ids),
         }
         for group in groups

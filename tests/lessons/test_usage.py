@@ -107,7 +107,7 @@ def _served_and_reported(api: ApiClient, agent: str, task: str, success: bool) -
 
 
 def test_usefulness_needs_enough_samples_and_is_measured_against_the_agents_baseline(
-    api: ApiClient, settings: Any
+    api: ApiClient, settings: Any, client_as: Any, carol: Any
 ) -> None:
     settings.LESSONS_USEFULNESS_MIN_SAMPLES = 4
     helm = lesson("deploying with helm charts", "pass --atomic to helm upgrade", tags=["helm"])
@@ -119,6 +119,8 @@ def test_usefulness_needs_enough_samples_and_is_measured_against_the_agents_base
     usage.refresh_from_db()
     # Every task of this agent went well: the baseline is 1.0, so the lesson adds nothing measurable.
     assert (usage.outcomes, usage.usefulness) == (4, pytest.approx(0.0))
+    detail = client_as(carol).get(f"/lessons/{helm.pk}/").content.decode()
+    assert '0.00 <span class="muted" id="usage-baseline">(n=4, agent baseline 1.00)</span>' in detail
     # The same agent fails a lot without this lesson: the lesson now beats its baseline.
     lesson("writing SQL migrations for postgres", "add columns as nullable first", tags=["sql"])
     for _ in range(4):
@@ -128,7 +130,10 @@ def test_usefulness_needs_enough_samples_and_is_measured_against_the_agents_base
     refresh_usage([helm.pk])
     usage.refresh_from_db()
     assert usage.usefulness == pytest.approx(0.5)  # 4 × (1 − 0.5) / 4
+    assert usage.baseline == pytest.approx(0.5)  # 4 of the deployer's 8 tasks went well
     assert usage.flagged is False
+    detail = client_as(carol).get(f"/lessons/{helm.pk}/").content.decode()
+    assert '0.50 <span class="muted" id="usage-baseline">(n=4, agent baseline 0.50)</span>' in detail
 
 
 def test_a_lesson_followed_by_failures_is_flagged_and_sorts_first(
@@ -156,7 +161,7 @@ def test_a_lesson_followed_by_failures_is_flagged_and_sorts_first(
     html = page.content.decode()
     assert html.index(f"#{good.pk}</a>") < html.index(f"#{bad.pk}</a>")
     detail = client_as(carol).get(f"/lessons/{bad.pk}/").content.decode()
-    assert 'id="usage-flag"' in detail and "n=3" in detail
+    assert 'id="usage-flag"' in detail and "(n=3, agent baseline 0.50)" in detail  # 3 of the agent's 6 went well
 
 
 def test_gaps_group_similar_tasks_by_their_vectors(api: ApiClient, client_as: Any, bob: Any) -> None:

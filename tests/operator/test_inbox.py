@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
+from urllib.parse import urlencode
 
 import pytest
 from django.core.cache import cache
 
 from lessonboard import inbox
+from lessonboard.models import Workspace
 from lessonq.models import Job, JobState
 from lessonq.triage.models import BulkAction
+from lessons.reflect.commit import commit_reflection
+from lessons.reflect.models import DocProposal, DocProposalStatus
+from lessons.reflect.prepare import prepare_reflection
+from lessons.reflect.repository import attach_repository
 from lessons.review.models import Proposal
-from tests.refine.conftest import make_run, reply
+from tests.factories import WorkspaceFactory
+from tests.refine.conftest import PASS_1, make_run, reply
+from tests.refine.conftest import rolled_back_run as rolled_back_run  # the fixture
+from tests.reflect.conftest import repo as repo  # the fixtures: a git repository under the only allowed root
+from tests.reflect.conftest import roots as roots
+from tests.reflect.gitrepo import GitRepo
+from tests.reflect.test_gate import HOW, new_how
 
 pytestmark = pytest.mark.django_db
 
@@ -22,14 +34,21 @@ def add(content: str, score: float = 0.9) -> dict[str, Any]:
     return {"target": "memory", "op": "add", "content": content, "rationale": "because", "score": score}
 
 
-def test_it_lists_dead_groups_proposals_and_rolled_back_runs_most_urgent_first(client_as, carol, jobs, stage):
+def test_it_lists_dead_groups_proposals_and_rolled_back_runs_most_urgent_first(
+    client_as, carol, jobs, stage, rolled_back_run
+):
     jobs(error="permanent: the model answered with prose")
     stage(add("uses pnpm"))
-    run = make_run(reply("Deploy with helm upgrade --atomic."), reply("Something else entirely, about cooking."))
+    # The first critique reports an issue and the second pass changes nothing: low-quality, not rolled back.
+    low = make_run(reply(PASS_1, "- say --atomic so a failed upgrade undoes itself"), reply(PASS_1))
+    fine = make_run(reply(PASS_1, "- no material issues"), reply(PASS_1))
+    assert rolled_back_run.rolled_back and (low.low_quality, low.rolled_back) == (True, False)
+    assert not (fine.rolled_back or fine.low_quality)
     page = client_as(carol).get("/inbox/").content.decode()
     assert page.index("permanent: the model answered with prose") < page.index("uses pnpm")  # died just now
-    if run.rolled_back or run.low_quality:
-        assert f"Refine run #{run.pk}" in page
+    assert page.index("uses pnpm") < page.index(f"Refine run #{rolled_back_run.pk} rolled back")  # worth a look
+    assert f"Refine run #{low.pk} came out low-quality" in page
+    assert f"Refine run #{fine.pk}" not in page
     assert '<span class="nav-count" id="nav-inbox-count">' in page  # the nav counts what waits
 
 
@@ -118,7 +137,12 @@ def test_it_lists_knowledge_gaps_and_closes_one_in_place(client_as, bob, carol, 
     cache.clear()
     html = client_as(carol).get("/inbox/").content.decode()
     assert "Knowledge gap" in html and "rotate the TLS certificates" in html and "asked 3×" in html
-    key = str(Retrieval.objects.order_by("-created_at", "-id").first().pk)
+    # The row opens the "Write a lesson" form, prefilled with the task.
+    write = "/lessons/?" + urlencode({"new": "rotate the TLS certificates"}) + "#new-lesson"
+    assert f'data-href="{write}"' in html and f'<a href="{write}" data-open>' in html
+    form = client_as(bob).get(write.removesuffix("#new-lesson")).content.decode()
+    assert "required>rotate the TLS certificates</textarea>" in form
+    key = str(Retrieval.objects.order_by("-created_at", "-id").values_list("pk", flat=True)[0])
     refused = client_as(carol).post("/inbox/act", {"kind": "gap", "key": key, "action": "close"}, headers=HTMX)
     assert refused.status_code == 403
     done = client_as(bob).post("/inbox/act", {"kind": "gap", "key": key, "action": "close"}, headers=HTMX)
@@ -126,3 +150,44 @@ def test_it_lists_knowledge_gaps_and_closes_one_in_place(client_as, bob, carol, 
     assert not Retrieval.objects.gaps().exists()
     again = client_as(bob).post("/inbox/act", {"kind": "gap", "key": key, "action": "close"}, headers=HTMX)
     assert "already closed" in again.content.decode()
+
+
+@pytest.fixture
+def doc_rewrite(repo: GitRepo) -> DocProposal:
+    """A doc rewrite held by the workspace's human gate: staged, nothing written yet."""
+    repo.write("src/routes/users.js", "export {}\n")
+    repo.git("add", "-A")
+    ws = attach_repository(cast(Workspace, WorkspaceFactory(slug="proj")), repo_path=str(repo.path), human_gate=True)
+    prepare_reflection(workspace=ws, agent="dev")
+    result = commit_reflection(workspace=ws, files={HOW: new_how(repo, "Users route.\n")}, agent="dev")
+    assert result["pending"] is True and "Users route." not in repo.read(HOW)
+    return DocProposal.objects.get(pk=result["proposal_id"])
+
+
+def test_it_approves_a_doc_rewrite_in_place_and_writes_the_docs(client_as, bob, carol, repo, doc_rewrite):
+    page = client_as(carol).get("/inbox/").content.decode()
+    assert f'id="inbox-doc-{doc_rewrite.pk}"' in page and "Rewrite of 1 doc file in proj" in page
+    client = client_as(bob)
+    response = client.post("/inbox/act", {"kind": "doc", "key": doc_rewrite.pk, "action": "approve"}, headers=HTMX)
+    body = response.content.decode()
+    assert f"Approved doc rewrite #{doc_rewrite.pk}:" in body and "data-inbox-done" in body
+    doc_rewrite.refresh_from_db()
+    assert (doc_rewrite.status, doc_rewrite.decided_by) == (DocProposalStatus.APPLIED, bob)
+    assert repo.read(HOW).endswith("Users route.\n")
+    again = client.post("/inbox/act", {"kind": "doc", "key": doc_rewrite.pk, "action": "approve"}, headers=HTMX)
+    assert "not pending" in again.content.decode() and 'class="failed"' in again.content.decode()
+    assert f'id="inbox-doc-{doc_rewrite.pk}"' not in client_as(carol).get("/inbox/").content.decode()
+
+
+def test_it_rejects_a_doc_rewrite_in_place_with_a_reason(client_as, bob, repo, doc_rewrite):
+    client = client_as(bob)
+    act = {"kind": "doc", "key": doc_rewrite.pk, "action": "reject"}
+    refused = client.post("/inbox/act", act, headers=HTMX)
+    assert "A rejection needs a reason." in refused.content.decode()
+    doc_rewrite.refresh_from_db()
+    assert doc_rewrite.status == DocProposalStatus.PENDING
+    done = client.post("/inbox/act", {**act, "reason": "invents a feature"}, headers=HTMX)
+    assert f"proposal #{doc_rewrite.pk} rejected; the manifest is kept" in done.content.decode()
+    doc_rewrite.refresh_from_db()
+    assert (doc_rewrite.status, doc_rewrite.reason) == (DocProposalStatus.REJECTED, "invents a feature")
+    assert "Users route." not in repo.read(HOW)
