@@ -20,6 +20,7 @@ from lessonq.ingest import LessonRequest, enqueue
 from lessonq.models import Job, Outbox
 from lessonq.outbox import drain
 from tests.support.processes import ROOT, subprocess_env
+from tests.support.wait import wait_for
 
 URL = "/api/v1/reflexion/triggers"
 
@@ -129,3 +130,55 @@ def test_concurrent_producer_processes_never_dispatch_past_capacity(
     assert set(Outbox.objects.values_list("job_id", flat=True)) == set(
         Job.objects.for_this_node().in_flight().values_list("id", flat=True)
     )
+
+
+DISPATCHER = """
+import django; django.setup()
+from lessonq.models import Outbox
+from lessonq.outbox import Dispatcher
+dispatcher = Dispatcher()
+dispatcher.start()
+while Outbox.objects.exists():  # until the broker took everything it was owed
+    dispatcher.stopping.wait(0.05)
+dispatcher.stopping.set()
+dispatcher.join()
+print("outbox empty", flush=True)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_dispatcher_keeps_what_it_owes_while_the_broker_is_down_and_sends_it_when_it_is_back(
+    queue_dir: Path, fake_openai: Any, settings: Any, tmp_path: Path
+) -> None:
+    """A broker that refuses messages costs nothing owed: the dispatcher logs, backs off and retries,
+    and the entry stays until a send succeeds. The dispatcher runs in a process of its own on an
+    embedded broker in a folder of its own, broken by a file where its staging folder belongs."""
+    job_id = enqueue(trigger("owed while the broker is down")).job_id
+    assert Outbox.objects.filter(job_id=job_id).exists()
+    data = tmp_path / "data"
+    queue = data / "broker" / "queue"
+    queue.mkdir(parents=True)
+    (queue / ".staging").write_text("not a folder: every publish fails")
+    log = tmp_path / "dispatcher.log"
+    env = subprocess_env(
+        LESSONBOARD_DATA_DIR=str(data), CELERY_BROKER_URL="atomicfs://", LESSONBOARD_NODE=settings.NODE_NAME
+    )
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", DISPATCHER], cwd=ROOT, env=env, stdout=out, stderr=out)
+    try:
+        wait_for(
+            lambda: log.read_text().count("sending owed messages failed (retrying)") >= 2,
+            timeout=60,
+            what="the dispatcher failing and retrying",
+        )
+        assert Outbox.objects.filter(job_id=job_id).exists()  # kept while nothing could be sent
+        assert not [p for p in queue.iterdir() if p.name.endswith(".msg")]
+        (queue / ".staging").unlink()  # the broker is back
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "outbox empty" in log.read_text()
+    sent = [p for p in queue.iterdir() if p.name.endswith(".msg")]
+    assert len(sent) == 1 and job_id in sent[0].read_text()
+    assert not Outbox.objects.exists()
