@@ -155,6 +155,34 @@ def test_it_restarts_a_worker_that_died_while_the_web_stays_up_and_readyz_says_d
     assert serve.proc.returncode == 0
 
 
+def test_it_restarts_the_web_and_beat_when_they_die_too(serve_factory) -> None:  # type: ignore[no-untyped-def]
+    serve = serve_factory(LESSONBOARD_SERVE_RESTART_BACKOFF="1").wait_up()
+    worker_pid = serve.status()["worker"]["pid"]
+
+    def answers() -> bool:
+        try:
+            return serve.get("/healthz")[0] == 200
+        except OSError:  # refused while the web is down
+            return False
+
+    for name in ("web", "beat"):
+        pid = serve.status()[name]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        wait_for(
+            lambda: serve.status()[name]["state"] == "running" and serve.status()[name]["pid"] != pid,  # noqa: B023
+            timeout=60,
+            what=f"the {name} restarted",
+        )
+        assert f"{name} exited with status -9; restarting it in 1.0 s" in serve.log()
+    wait_for(answers, timeout=60, what="the restarted web answering")
+    assert serve.status()["worker"]["pid"] == worker_pid  # the others kept running
+    metrics = serve.get("/metrics")[1]
+    for name in ("web", "beat"):
+        assert f'lessonboard_serve_child_exits_total{{child="{name}"}} 1.0' in metrics
+    serve.stop()
+    assert serve.proc.returncode == 0
+
+
 @pytest.mark.parametrize(
     ("host", "environ", "behind_proxy", "expected"),
     [
