@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
-from django.db import connection, transaction
+from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from pgvector.django import CosineDistance
 
@@ -278,6 +278,18 @@ _query_vectors: QueryVectors | None = None
 _embedder_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embed")
 
 
+def _embed_query(provider: embeddings.Provider, query: str) -> tuple[Any, bool]:
+    """``query_vectors().get`` in a pool thread. An embeddings endpoint reached through the LLM gateway
+    reads and writes the breaker's row from this thread, on a connection of its own that no request
+    signal ever looks after: do what Django does around a request, so a connection the database dropped
+    (a restart, a failover) is replaced instead of failing every later call, and an old one is closed."""
+    close_old_connections()
+    try:
+        return query_vectors().get(provider, query)
+    finally:
+        close_old_connections()
+
+
 def query_vectors() -> QueryVectors:
     global _query_vectors
     if _query_vectors is None or _query_vectors.size != settings.LESSONS_QUERY_CACHE_SIZE:
@@ -448,7 +460,7 @@ def _search(
     # branch queries PostgreSQL: both release the GIL (the model in C, the driver on the socket).
     pending = None
     if provider is not None and query.strip() and not hyde:
-        pending = _embedder_pool.submit(query_vectors().get, provider, query)
+        pending = _embedder_pool.submit(_embed_query, provider, query)
     if "text" in branches:
         searched, common = text_terms(query, keep_rarest=provider is None)
         rankings["text"] = text_branch(query, base, depth, lexemes=searched)

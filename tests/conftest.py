@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connections
 from django.test import Client
 
 from lessonboard.tokens import issue_token
@@ -109,6 +111,26 @@ def fake_openai(fake_openai_server: FakeOpenAIServer, settings: Any) -> Iterator
     settings.LLM_TIMEOUT = 5.0
     yield fake_openai_server
     fake_openai_server.reset()
+
+
+# --- the test database ----------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: Any) -> Iterator[None]:
+    """pytest-django's, and before the test database is dropped, the connections of the query-embedding
+    threads closed: ``lessons.retrieval`` embeds queries in a pool whose threads keep connections of their
+    own (the gateway reads the LLM breaker there), which would otherwise hold the database open."""
+    yield
+    from lessons import retrieval
+
+    pool = retrieval._embedder_pool
+    barrier = threading.Barrier(pool._max_workers)  # every thread of the pool takes one
+
+    def close() -> None:
+        barrier.wait(30)
+        connections.close_all()
+
+    for future in [pool.submit(close) for _ in range(pool._max_workers)]:
+        future.result(timeout=60)
 
 
 # --- real processes --------------------------------------------------------------------------------------

@@ -204,3 +204,48 @@ def test_a_lesson_whose_vector_is_not_computed_yet_is_found_by_full_text(corpus)
     query = "the artefact mirror upload checksum failed"
     assert fresh in [hit.lesson for hit in retrieval.search(query, k=3, branches=("text",)).hits]
     assert fresh not in [hit.lesson for hit in retrieval.search(query, k=10, branches=("vector",)).hits]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_query_embedding_thread_replaces_a_connection_the_database_dropped(fake_openai, settings):
+    """The query is embedded in a pool thread; through the gateway that thread reads the LLM breaker on a
+    connection of its own. After the database dropped that connection (a restart), the next retrieval
+    must still see the breaker: open, so the vector branch is off and says why. A dead connection kept
+    would read nothing and call the endpoint as if it were up."""
+    import threading
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from lessonboard.models import BreakerState, LLMBreaker
+
+    settings.LESSONS_EMBEDDING_PROVIDER = "openai"
+    settings.LESSONS_EMBEDDING_DIMENSIONS = 64  # the fake server's hashed vectors
+    vectors.resize_column(64)
+    try:
+        retrieval.search("a first task, embedded in the pool", k=1)
+        barrier = threading.Barrier(2)
+
+        def backend_pid() -> int:
+            barrier.wait(30)  # both pool threads, each with its own connection
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                return int(cursor.fetchone()[0])
+
+        futures = [retrieval._embedder_pool.submit(backend_pid) for _ in range(2)]
+        pids = [future.result(timeout=60) for future in futures]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FILTER (WHERE pg_terminate_backend(p, 5000)) FROM unnest(%s) AS p", [pids])
+            assert cursor.fetchone()[0] == 2
+        LLMBreaker.objects.create(
+            endpoint=fake_openai.url, state=BreakerState.OPEN, opened_at=timezone.now(), last_error="connection refused"
+        )
+        before = len(fake_openai.requests)
+
+        result = retrieval.search("a second task, after the database restarted", k=1)
+
+        assert result.explanation["vector"].startswith("off: "), result.explanation
+        assert "connection refused" in result.explanation["vector"]
+        assert len(fake_openai.requests) == before  # nothing was sent to an endpoint the breaker holds closed
+    finally:
+        vectors.resize_column(512)
