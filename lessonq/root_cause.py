@@ -44,15 +44,7 @@ def draft_from_job(job: Job) -> Draft:
     lines += [f"- {error}" for error in errors[:5]]
     if job.outcome:
         lines.append(f"Outcome: {job.outcome}")
-    return Draft(
-        situation=_cut(job.task.strip() or "(no task text)", SITUATION_MAX),
-        mistake=_cut("\n".join(lines), MISTAKE_MAX),
-        tags=["dlq", f"trigger:{job.trigger}"],
-        trigger=str(job.trigger) or "error",
-        origin=f"dlq job {job.pk}",
-        agent=job.agent,
-        workspace=job.workspace.slug if job.workspace_id and job.workspace else "",
-    )
+    return _draft(job, lines, origin=f"dlq job {job.pk}")
 
 
 def draft_from_group(fingerprint: str) -> Draft | None:
@@ -67,14 +59,19 @@ def draft_from_group(fingerprint: str) -> Draft | None:
         f"{newest.trigger} — {newest.error_signature or newest.last_error} ({total} dead job{'s' if total != 1 else ''})"
     ]
     lines += [f"- also: {_cut(task, 200)}" for task in examples if task != newest.task][:3]
+    return _draft(newest, lines, origin=f"dlq group {fingerprint}")
+
+
+def _draft(job: Job, mistake_lines: list[str], *, origin: str) -> Draft:
+    """A draft whose situation, tags, trigger, agent and workspace come from ``job``."""
     return Draft(
-        situation=_cut(newest.task.strip() or "(no task text)", SITUATION_MAX),
-        mistake=_cut("\n".join(lines), MISTAKE_MAX),
-        tags=["dlq", f"trigger:{newest.trigger}"],
-        trigger=str(newest.trigger) or "error",
-        origin=f"dlq group {fingerprint}",
-        agent=newest.agent,
-        workspace=newest.workspace.slug if newest.workspace_id and newest.workspace else "",
+        situation=_cut(job.task.strip() or "(no task text)", SITUATION_MAX),
+        mistake=_cut("\n".join(mistake_lines), MISTAKE_MAX),
+        tags=["dlq", f"trigger:{job.trigger}"],
+        trigger=str(job.trigger) or "error",
+        origin=origin,
+        agent=job.agent,
+        workspace=job.workspace.slug if job.workspace_id and job.workspace else "",
     )
 
 
