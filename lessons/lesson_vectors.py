@@ -32,10 +32,16 @@ def embed_lessons(provider: embeddings.Provider, lessons: Sequence[Any]) -> np.n
     """One L2-normalised vector per lesson, from a single ``embed_documents`` call."""
     parts = [lesson_texts(lesson, provider) for lesson in lessons]
     flat = provider.embed_documents([text for texts in parts for text in texts])
-    vectors = np.zeros((len(lessons), flat.shape[1] if len(flat) else provider.dimensions), dtype=np.float32)
+    return combine([len(texts) for texts in parts], flat, provider.dimensions)
+
+
+def combine(counts: Sequence[int], flat: np.ndarray, dimensions: int) -> np.ndarray:
+    """The lesson vectors from the embeddings of their texts (``counts[i]`` consecutive rows of ``flat``
+    belong to lesson ``i``): each the normalised sum of its rows."""
+    vectors = np.zeros((len(counts), flat.shape[1] if len(flat) else dimensions), dtype=np.float32)
     row = 0
-    for index, texts in enumerate(parts):
-        vectors[index] = np.sum(flat[row : row + len(texts)], axis=0)
-        row += len(texts)
+    for index, count in enumerate(counts):
+        vectors[index] = np.sum(flat[row : row + count], axis=0)
+        row += count
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return (vectors / np.maximum(norms, 1e-12)).astype(np.float32)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
+from collections import deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ProcessPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +15,7 @@ from django.db import connection
 from django.utils import timezone
 
 from lessons import embeddings
-from lessons.lesson_vectors import embed_lessons
+from lessons.lesson_vectors import combine, embed_lessons, lesson_texts
 from lessons.metrics import LESSONS_EMBEDDED
 from lessons.models import Lesson
 
@@ -127,8 +130,11 @@ def embed_pending(
     everything: bool = False,
     progress: Callable[[int, int], None] | None = None,
     provider: embeddings.Provider | None = None,
+    processes: int = 1,
 ) -> int:
-    """Embed every lesson lacking a vector from the current model (or all of them with ``everything``)."""
+    """Embed every lesson lacking a vector from the current model (or all of them with ``everything``).
+    ``processes`` > 1 with a model that runs best so (``bulk_processes``: ``use``) embeds in that many
+    single-threaded worker processes while this one reads and writes the rows."""
     model_id = embeddings.expected_model_id()
     if model_id is None:
         return 0
@@ -139,12 +145,64 @@ def embed_pending(
         else queryset.order_by("id").values_list("id", flat=True)
     )
     total = len(ids)
-    done = 0
     batch = settings.LESSONS_EMBEDDING_BATCH
-    for start in range(0, total, batch):
-        done += embed_ids(ids[start : start + batch], provider)
+    chunks = [ids[start : start + batch] for start in range(0, total, batch)]
+    provider = provider or embeddings.provider()
+    if provider is not None and processes > 1 and getattr(provider, "bulk_processes", False) and total > batch:
+        return _embed_in_processes(chunks, provider, processes, total, progress)
+    done = 0
+    for chunk in chunks:
+        done += embed_ids(chunk, provider)
         if progress is not None:
             progress(done, total)
+    return done
+
+
+def _embed_in_processes(
+    chunks: list[list[int]],
+    provider: embeddings.Provider,
+    processes: int,
+    total: int,
+    progress: Callable[[int, int], None] | None,
+) -> int:
+    """``embed_ids`` for each chunk, the model's work done in ``processes`` worker processes: this one reads
+    a chunk's texts and hands them over, and stores the vectors of the oldest chunk in flight while the
+    workers embed the next ones. Each chunk is stored in one UPDATE (its own transaction), as before, so a
+    run stopped at any point leaves every lesson with its old vector or its new one."""
+    done = 0
+    todo = iter(chunks)
+    in_flight: deque[tuple[Future[Any], list[Lesson], list[int], datetime]] = deque()
+    context = multiprocessing.get_context("spawn")  # no fork of this process (its threads, its DB socket)
+    with ProcessPoolExecutor(
+        processes, mp_context=context, initializer=embeddings.process_init, initargs=(provider.model_id,)
+    ) as pool:
+
+        def submit() -> None:
+            for chunk in todo:
+                now = timezone.now()  # when the text was read, as in ``embed_ids``
+                lessons = list(
+                    Lesson.objects.filter(pk__in=chunk).only("id", "situation", "mistake", "correction", "tags")
+                )
+                if not lessons:
+                    continue
+                parts = [lesson_texts(lesson, provider) for lesson in lessons]
+                flat = [text for texts in parts for text in texts]
+                in_flight.append((pool.submit(embeddings.process_embed, flat), lessons, list(map(len, parts)), now))
+                return
+
+        for _ in range(2 * processes):  # a chunk running in each worker and one queued behind it
+            submit()
+        while in_flight:
+            future, lessons, counts, now = in_flight.popleft()
+            vectors = combine(counts, future.result(), provider.dimensions)
+            submit()
+            _store_vectors(
+                [(lesson.pk, vector) for lesson, vector in zip(lessons, vectors, strict=True)], provider.model_id, now
+            )
+            done += len(lessons)
+            LESSONS_EMBEDDED.labels(model=provider.model_id).inc(len(lessons))
+            if progress is not None:
+                progress(done, total)
     return done
 
 

@@ -7,7 +7,7 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 
-from lessons import embeddings
+from lessons import embeddings, vectors
 from lessons.lesson_vectors import embed_lessons
 from lessons.models import Lesson
 from lessons.store import persist_lesson
@@ -54,3 +54,24 @@ def test_reembed_all_recomputes_every_vector_and_counts_them(capsys) -> None:
     assert "embedded 3 lesson(s)" in capsys.readouterr().out
     first = Lesson.objects.order_by("id").first()
     assert first is not None and float(np.asarray(first.embedding)[-1]) != 1.0
+
+
+def test_reembed_in_worker_processes_stores_the_same_vectors_batch_by_batch(settings) -> None:
+    """``use`` embeds a bulk run in single-threaded worker processes (``processes``); the vectors are the
+    model's (up to float rounding) and each batch is stored and counted as it completes."""
+    provider = embeddings.provider()
+    assert provider is not None
+    if not getattr(provider, "bulk_processes", False):
+        pytest.skip("the configured model embeds in one process")
+    add_lessons(5)
+    settings.LESSONS_EMBEDDING_BATCH = 2
+    seen: list[tuple[int, int]] = []
+    done = vectors.embed_pending(
+        everything=True, provider=provider, processes=2, progress=lambda d, t: seen.append((d, t))
+    )
+    assert done == 5 and seen == [(2, 5), (4, 5), (5, 5)]
+    lessons = list(Lesson.objects.order_by("id"))
+    assert {lesson.embedding_model for lesson in lessons} == {provider.model_id}
+    stored = np.array([lesson.embedding for lesson in lessons], dtype=np.float32)
+    expected = embed_lessons(provider, lessons)
+    assert np.min(np.sum(stored * expected, axis=1)) >= 0.9999

@@ -17,23 +17,31 @@ from lessons.models import Lesson
 
 
 class ProgressBar:
-    """``[#####.....] 120/400 30% 55.1/s ETA 0:00:05`` on one line, redrawn in place when stderr is a terminal."""
+    """``[#####.....] 120/400 30% 55.1/s ETA 0:00:05`` on one line, redrawn in place when stderr is a terminal;
+    elsewhere (a log) a line every ``LOG_EVERY`` seconds and the last one."""
+
+    LOG_EVERY = 10.0  # seconds
 
     def __init__(self, stream: Any, width: int = 30) -> None:
         self.stream = stream
         self.width = width
         self.started = time.monotonic()
         self.tty = getattr(stream, "isatty", lambda: False)()
+        self.logged = -self.LOG_EVERY
 
     def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if not self.tty and done < total and now - self.logged < self.LOG_EVERY:
+            return
+        self.logged = now
         filled = int(self.width * done / total) if total else self.width
-        rate = done / max(time.monotonic() - self.started, 1e-9)
+        rate = done / max(now - self.started, 1e-9)
         eta = int((total - done) / rate) if rate > 0 else 0
         line = (
             f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {100 * done // max(total, 1)}% {rate:.1f}/s"
             f" ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}"
         )
-        self.stream.write(("\r" + line) if self.tty else line + "\n")
+        self.stream.write(("\r" + line + ("\n" if done >= total else "")) if self.tty else line + "\n")
         self.stream.flush()
 
 
@@ -53,8 +61,9 @@ class Command(BaseCommand):
             "--threads",
             type=int,
             default=os.cpu_count() or 1,
-            help="CPU threads of the local model for this run (default: every CPU; the server's own setting "
-            "is LESSONBOARD_EMBEDDING_THREADS)",
+            help="CPUs the local model uses for this run (default: every CPU; the server's own setting is "
+            "LESSONBOARD_EMBEDDING_THREADS); use runs that many single-threaded worker processes, the other "
+            "models that many threads",
         )
         imp = sub.add_parser("import", help="import lessons from a file")
         imp.add_argument("path", type=Path)
@@ -111,7 +120,12 @@ class Command(BaseCommand):
             settings.LESSONS_EMBEDDING_LOCAL_MODEL,
             threads=max(1, options["threads"]),
         )
-        done = vectors.embed_pending(everything=options["all"], progress=ProgressBar(sys.stderr), provider=provider)
+        done = vectors.embed_pending(
+            everything=options["all"],
+            progress=ProgressBar(sys.stderr),
+            provider=provider,
+            processes=max(1, options["threads"]),
+        )
         self.stdout.write(
             f"embedded {done} lesson(s); {Lesson.objects.filter(embedding__isnull=True).count()} without a vector"
         )
