@@ -24,7 +24,9 @@ Rows a concurrent step holds locked are skipped (``select_for_update(skip_locked
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import queue
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
@@ -42,7 +44,7 @@ from lessonq.ingest import record_job
 from lessonq.jobid import is_job_id
 from lessonq.models import ACTIVE, DONE, PAYLOAD_FIELDS, WAITING, Job, JobState, claim_is_stale
 from lessonq.paths import dlq, expired_dir, wal
-from lessonq.wal import Wal, WalError, WalJob
+from lessonq.wal import Listing, Wal, WalError, WalJob
 
 log = logging.getLogger(__name__)
 BATCH = 500
@@ -90,16 +92,43 @@ def sweep(*, now: datetime | None = None) -> Report:
 
 
 def _stale(record: WalJob, now: datetime) -> bool:
+    return _older_than_stale(now)(record)
+
+
+def _older_than_stale(now: datetime) -> Callable[[WalJob], bool]:
+    """``_stale`` with the limit worked out once (a replay asks for every record, twice)."""
     stale_after = settings.LESSONQ_STALE_AFTER
-    return stale_after > 0 and (now - record.enqueued_at).total_seconds() > stale_after
+    if stale_after <= 0:
+        return lambda record: False
+    limit = now - timedelta(seconds=stale_after)
+    return lambda record: record.enqueued_at < limit
 
 
 def _reconcile(*, now: datetime, pull_in: bool) -> Report:
     report = Report()
     active, dead = wal(), dlq()
-    listing = active.list()
+    due = now if pull_in else None
+
+    # --- files → rows --------------------------------------------------------------------------------
+    # In batches (a replay of 100,000 records); a batch that fails is redone one record at a time, and a
+    # record that fails on its own is quarantined with its reason, so one poison record never blocks the
+    # others (docs/operations.md#poison-records). A database outage stops the pass instead.
+    # Records with no row (every record, on a replay after an outage) are adopted while the scan goes on,
+    # ADOPT_BATCH at a time, in large COPYs with nothing to lock: the scan reads the next records in a
+    # thread while PostgreSQL takes these. Only records with a row (or too old to adopt) take the
+    # row-by-row path below, once the whole WAL is read.
+    taken: set[str] = set()
+    stale = _older_than_stale(now)
+    with _BackgroundScan(active, ADOPT_BATCH) as scan:
+        for chunk in scan.chunks():
+            candidates = [r for r in chunk if is_job_id(r.id) and not stale(r)]
+            with_rows = _existing_ids([r.id for r in candidates])
+            fresh = [r for r in candidates if r.id not in with_rows]
+            _isolated(active, fresh, lambda records, part: _adopt(records, due, part), report)
+            taken.update(r.id for r in fresh)
+        listing = scan.listing()
     dlq_listing = dead.list()
-    report.quarantined = len(listing.quarantined) + len(dlq_listing.quarantined)
+    report.quarantined += len(listing.quarantined) + len(dlq_listing.quarantined)
     # A record whose id is not a JobID cannot become a job row: quarantine it as well.
     for folder, found in ((active, listing), (dead, dlq_listing)):
         for r in [r for r in found.jobs if not is_job_id(r.id)]:
@@ -108,21 +137,7 @@ def _reconcile(*, now: datetime, pull_in: bool) -> Report:
                 report.quarantined += 1
     dlq_ids = {r.id for r in dlq_listing.jobs}
     wal_ids = {r.id for r in listing.jobs}
-
-    # --- files → rows --------------------------------------------------------------------------------
-    # In batches (a replay of 100,000 records); a batch that fails is redone one record at a time, and a
-    # record that fails on its own is quarantined with its reason, so one poison record never blocks the
-    # others (docs/operations.md#poison-records). A database outage stops the pass instead.
-    # One query splits the records: those with no row (every record, on a replay after an outage) are
-    # adopted straight away in large COPYs, with nothing to lock or look up; only records with a row (or
-    # too old to adopt) take the row-by-row path.
-    with_rows = _existing_ids([r.id for r in listing.jobs])
-    fresh = [r for r in listing.jobs if r.id not in with_rows and not _stale(r, now)]
-    others = [r for r in listing.jobs if r.id in with_rows or _stale(r, now)]
-    due = now if pull_in else None
-    for start in range(0, len(fresh), ADOPT_BATCH):
-        batch = fresh[start : start + ADOPT_BATCH]
-        _isolated(active, batch, lambda records, part: _adopt(records, due, part), report)
+    others = [r for r in listing.jobs if r.id not in taken]
     for start in range(0, len(others), BATCH):
         batch = others[start : start + BATCH]
         _isolated(
@@ -136,11 +151,10 @@ def _reconcile(*, now: datetime, pull_in: bool) -> Report:
         _isolated(dead, batch, lambda records, part: _reconcile_dlq(records, wal_ids, part), report)
 
     # --- rows → files ----------------------------------------------------------------------------------
-    node_rows = Job.objects.for_this_node()
     # Set differences in Python: the id lists can be as long as the WAL (a replay of 100,000 records).
     # Appends never overwrite, so a record written since the listing is left as it is.
-    missing_active = set(node_rows.active().values_list("pk", flat=True)) - wal_ids - dlq_ids
-    missing_dead = set(node_rows.dead().values_list("pk", flat=True)) - dlq_ids
+    missing_active = _node_ids(ACTIVE) - wal_ids - dlq_ids
+    missing_dead = _node_ids((JobState.DEAD,)) - dlq_ids
     for folder, missing, what in ((active, missing_active, "WAL"), (dead, missing_dead, "DLQ")):
         for job in Job.objects.filter(pk__in=missing).iterator():
             try:
@@ -155,6 +169,57 @@ def _reconcile(*, now: datetime, pull_in: bool) -> Report:
     # --- dispatch --------------------------------------------------------------------------------------
     report.dispatched += _dispatch_waiting(now=now)
     return report
+
+
+class _Abandoned(Exception):
+    """The pass stopped (a database outage): the scan stops too."""
+
+
+class _BackgroundScan:
+    """``folder.list()`` in a thread of its own, handing its records over in chunks as it reads them, so
+    that the caller's database work on one chunk (time spent in PostgreSQL, with the GIL released)
+    overlaps the reading of the next. Only the calling thread touches the database. The records wait in
+    an unbounded queue: they are all held in the listing anyway."""
+
+    def __init__(self, folder: Wal, chunk: int) -> None:
+        self._chunks: queue.SimpleQueue[list[WalJob] | None] = queue.SimpleQueue()
+        self._abandoned = threading.Event()
+        self._outcome: Listing | BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(folder, chunk), name="lessonq-wal-scan", daemon=True)
+
+    def __enter__(self) -> _BackgroundScan:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self._abandoned.set()
+        self._thread.join()
+
+    def _run(self, folder: Wal, chunk: int) -> None:
+        try:
+            self._outcome = folder.list(on_chunk=self._hand_over, chunk=chunk)
+        except BaseException as exc:  # handed to the caller's thread by listing()
+            self._outcome = exc
+        finally:
+            self._chunks.put(None)
+
+    def _hand_over(self, records: list[WalJob]) -> None:
+        if self._abandoned.is_set():
+            raise _Abandoned
+        self._chunks.put(records)
+
+    def chunks(self) -> Iterator[list[WalJob]]:
+        while (records := self._chunks.get()) is not None:
+            yield records
+
+    def listing(self) -> Listing:
+        """The whole listing, once every chunk has been taken (or the scan's own error)."""
+        self._thread.join()
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        assert self._outcome is not None
+        return self._outcome
 
 
 def _isolated(
@@ -191,7 +256,47 @@ def _quarantine_poison(folder: Wal, record: WalJob, exc: Exception, report: Repo
         report.quarantined += 1
 
 
+# Records whose row is this node's and waiting (pending or retry_wait) need no repair: on a replay their
+# due times are pulled in (chatcli resets future retry times to now), on a sweep they are left alone. One
+# statement takes them for a whole batch, locking with SKIP LOCKED as the row-by-row path does; it answers
+# with their ids, and only the other records are loaded and looked at one by one. The rows are looked up
+# by id alone, so that the primary key is the only index that fits: right after a replay's COPYs the
+# table has no statistics yet, and the planner chose the due-time index and read every waiting row.
+_SETTLE_WAITING = """
+WITH locked AS (
+  SELECT id, node, state, next_attempt_at > %(now)s OR dispatched_at IS NOT NULL AS to_pull FROM queue_job
+  WHERE id = ANY(%(ids)s) FOR UPDATE SKIP LOCKED
+), own AS (
+  SELECT id, to_pull FROM locked WHERE node = %(node)s AND state = ANY(%(waiting)s)
+), pulled AS (
+  UPDATE queue_job AS j SET next_attempt_at = LEAST(j.next_attempt_at, %(now)s), dispatched_at = NULL
+  WHERE %(pull_in)s AND j.id = ANY(ARRAY(SELECT id FROM own WHERE to_pull))
+)
+SELECT id FROM own
+"""
+
+
+def _settle_waiting(ids: list[str], now: datetime, pull_in: bool) -> set[str]:
+    if not ids:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _SETTLE_WAITING,
+            {
+                "ids": ids,
+                "node": settings.LESSONQ_QUEUE,
+                "waiting": [str(s) for s in WAITING],
+                "now": now,
+                "pull_in": pull_in,
+            },
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
 def _reconcile_batch(batch: list[WalJob], dlq_ids: set[str], now: datetime, pull_in: bool, report: Report) -> None:
+    stale = _older_than_stale(now)
+    settled = _settle_waiting([r.id for r in batch if not stale(r)], now, pull_in)
+    batch = [r for r in batch if r.id not in settled]
     ids = [r.id for r in batch]
     # The payloads stay in the table: a record's own text is the WAL's, and only the rare repair of a
     # dead row without its DLQ record reads the row's (loaded then).
@@ -206,7 +311,7 @@ def _reconcile_batch(batch: list[WalJob], dlq_ids: set[str], now: datetime, pull
             report.skipped_locked += 1
             continue
         row = rows.get(record.id)
-        if row is None and not _stale(record, now):
+        if row is None and not stale(record):
             new_records.append(record)  # adopted in bulk below (replay of many records): one COPY
             continue
         _reconcile_wal_record(record, row, record.id in dlq_ids, now, pull_in, report, pulled)
@@ -291,6 +396,16 @@ def _reconcile_wal_record(
         pulled.append(row.pk)
 
 
+def _node_ids(states: tuple[JobState, ...]) -> set[str]:
+    """Ids of this node's rows in ``states``, fetched as plain tuples (100,000 of them after a replay)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM queue_job WHERE node = %s AND state = ANY(%s)",
+            [settings.LESSONQ_QUEUE, [str(s) for s in states]],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
 def _existing_ids(ids: list[str]) -> set[str]:
     if not ids:
         return set()
@@ -328,12 +443,16 @@ def adopt_records(records: list[WalJob], *, now: datetime | None = None) -> int:
     node, pending = settings.LESSONQ_QUEUE, JobState.PENDING.value
     rows = []
     for r in records:
+        enqueued_text = r.enqueued_at.isoformat()
         due = max(r.next_attempt_at, r.enqueued_at)
-        due_text = now_text if now is not None and due > now else due.isoformat()
+        if now is not None and due > now:
+            due_text = now_text
+        else:  # a new record is due when it was enqueued: the same text
+            due_text = enqueued_text if due == r.enqueued_at else due.isoformat()
         rows.append(
             # The row holds what PostgreSQL can store; the record keeps the exact text (docs/api.md#input-policy).
             (r.id, node, pending, storable(r.task), storable(r.attempt), storable(r.outcome), storable(r.trigger),
-             "", r.attempts, r.enqueued_at.isoformat(), due_text, storable(r.last_error), "", 0, "", created, created)
+             "", r.attempts, enqueued_text, due_text, storable(r.last_error), "", 0, "", created, created)
         )  # fmt: skip
     try:
         with transaction.atomic(), connection.cursor() as cursor:

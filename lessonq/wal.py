@@ -20,6 +20,7 @@ import struct
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -211,7 +212,7 @@ def _str(value: Any) -> str:
         raise TypeError(f"expected a string, got {type(value).__name__}")
     # Go's decoder turns a lone surrogate escape ("\ud800") into U+FFFD; so does this one, so a record
     # read here can always be written back.
-    return _SURROGATE.sub("\ufffd", value)
+    return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
 
 
 def _time(value: Any) -> datetime:
@@ -454,10 +455,15 @@ class Wal:
     def count(self) -> int:
         return len(self.names())
 
-    def list(self) -> Listing:
+    def list(self, *, on_chunk: Callable[[list[WalJob]], object] | None = None, chunk: int = 5000) -> Listing:
         """Every readable record, oldest ``EnqueuedAt`` first; corrupt ones are quarantined (and counted),
-        temp files older than the grace period removed. One bad file never aborts the scan."""
+        temp files older than the grace period removed. One bad file never aborts the scan.
+
+        ``on_chunk`` is called with every ``chunk`` records as they are read (directory order, before the
+        listing is sorted), and once more with the rest: a replay puts the first records into the database
+        while the scan reads the next ones. An exception it raises ends the scan."""
         listing = Listing()
+        pending: list[WalJob] = []
         now = time.time()
         try:
             entries = list(os.scandir(self.dir))
@@ -489,6 +495,13 @@ class Wal:
                     listing.quarantined.append(name)
                 continue
             listing.jobs.append(job)
+            if on_chunk is not None:
+                pending.append(job)
+                if len(pending) >= chunk:
+                    on_chunk(pending)
+                    pending = []
+        if on_chunk is not None and pending:
+            on_chunk(pending)
         listing.jobs.sort(key=lambda j: (j.enqueued_at, j.id))  # ties in file-name order, as before
         return listing
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import socket
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 from django.utils import timezone
 
 from lessonq import gojson, reconcile
@@ -206,3 +208,101 @@ def test_adopting_in_bulk_leaves_rows_a_producer_inserted_meanwhile(queue_dir: P
         "adopt 1",
         "adopt 2",
     ]
+
+
+def _written(job_id: str, when: Any, **fields: Any) -> WalJob:
+    values: dict[str, Any] = dict(
+        id=job_id, task=f"task {job_id}", trigger="error", enqueued_at=when, next_attempt_at=when
+    )
+    values.update(fields)
+    record = WalJob(**values)
+    (wal().dir / f"{record.id}.wal").write_bytes(frame(record.payload()))  # no fsync: set-up only
+    return record
+
+
+def test_a_replay_adopts_records_chunk_by_chunk_as_the_scan_reads_them(
+    queue_dir: Path, fake_openai: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reconcile, "ADOPT_BATCH", 4)  # 23 records: six chunks handed over by the scan thread
+    copies: list[int] = []
+    adopt = reconcile.adopt_records
+    monkeypatch.setattr(
+        reconcile, "adopt_records", lambda records, **kw: copies.append(len(records)) or adopt(records, **kw)
+    )
+    now = gojson.local(timezone.now())
+    records = [_written(f"{i:016x}", now) for i in range(1, 21)]
+    with_rows = [accepted(f"has a row {i}") for i in range(3)]
+    (wal().dir / "not-a-job-id.wal").write_bytes(
+        frame(records[0].payload().replace(b"0000000000000001", b"not-a-job-id"))
+    )
+    report = reconcile.replay()
+    assert set(Job.objects.values_list("pk", flat=True)) == {r.id for r in records} | set(with_rows)
+    assert report.adopted == 20 and report.quarantined == 1
+    assert sum(copies) == 20 and len(copies) >= 5  # adopted in several COPYs, none of the rows twice
+    assert (queue_dir / "quarantine" / "wal-not-a-job-id.wal").exists()
+
+
+def test_a_database_outage_while_adopting_stops_the_pass_and_its_scan_thread(
+    queue_dir: Path, fake_openai: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import OperationalError
+
+    monkeypatch.setattr(reconcile, "ADOPT_BATCH", 2)
+    now = gojson.local(timezone.now())
+    records = [_written(f"{i:016x}", now) for i in range(1, 11)]
+    adopt = reconcile._adopt
+
+    def down(*args: Any) -> None:
+        raise OperationalError("the server closed the connection")
+
+    monkeypatch.setattr(reconcile, "_adopt", down)
+    with pytest.raises(OperationalError):
+        reconcile.replay()
+    assert not [t for t in threading.enumerate() if t.name == "lessonq-wal-scan"]
+    assert not Job.objects.exists() and all(wal().exists(r.id) for r in records)  # nothing lost, nothing quarantined
+    monkeypatch.setattr(reconcile, "_adopt", adopt)
+    assert reconcile.replay().adopted == 10
+
+
+def test_a_sweep_leaves_waiting_rows_as_they_are_and_a_replay_pulls_their_retries_in(
+    queue_dir: Path, fake_openai: Any
+) -> None:
+    later = timezone.now() + timedelta(hours=1)
+    job_ids = [accepted(f"waiting {i}") for i in range(3)]
+    Job.objects.filter(pk__in=job_ids).update(state=JobState.RETRY_WAIT, next_attempt_at=later, dispatched_at=None)
+    report = reconcile.sweep()
+    assert (report.adopted, report.repaired) == (0, 0)
+    assert set(Job.objects.filter(pk__in=job_ids).values_list("next_attempt_at", flat=True)) == {later}
+    reconcile.replay()
+    assert all(
+        t <= timezone.now() for t in Job.objects.filter(pk__in=job_ids).values_list("next_attempt_at", flat=True)
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_waiting_row_another_step_holds_locked_is_skipped(queue_dir: Path, fake_openai: Any) -> None:
+    later = timezone.now() + timedelta(hours=1)
+    held, free = accepted("held"), accepted("free")
+    Job.objects.filter(pk__in=[held, free]).update(state=JobState.RETRY_WAIT, next_attempt_at=later)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_a_row_lock() -> None:
+        try:
+            with transaction.atomic():
+                Job.objects.select_for_update().get(pk=held)
+                locked.set()
+                release.wait(60)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_a_row_lock)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        report = reconcile.replay()
+    finally:
+        release.set()
+        holder.join()
+    assert report.skipped_locked == 1
+    assert Job.objects.get(pk=held).next_attempt_at == later  # left to the next pass
+    assert Job.objects.get(pk=free).next_attempt_at <= timezone.now()
