@@ -11,6 +11,11 @@ node's dispatcher, which sends the owed messages to the broker, runs beside guni
 machine during the rounds; after each lessonboard round the script waits until it has sent them all
 and prints how long that took after the last answer. No worker consumes; the messages are dropped
 afterwards.
+
+Each round also prints the CPU time spent per request (Linux: user + system time from ``/proc``) by
+the gunicorn processes, the dispatcher, the PostgreSQL server and this client. On a machine shared with
+other work the requests/s move with everyone else's load; the CPU per request moves much less, and its
+total (bare / lessonboard) is the ratio the two reach when the machine's CPU is what limits them.
 """
 
 from __future__ import annotations
@@ -36,6 +41,34 @@ BENCH_DIR = Path(__file__).resolve().parent
 BARE = "/api/bench/bare-append"
 APP = "/api/v1/reflexion/triggers"
 DISPATCHER = "import django; django.setup()\nfrom lessonq.outbox import Dispatcher\nDispatcher().run()\n"
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    return [int(c) for t in tasks for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
+
+
+def cpu_snapshot(server: Gunicorn, dispatcher: subprocess.Popen[bytes]) -> dict[str, float]:
+    """CPU seconds so far of the web processes, the dispatcher, the PostgreSQL server and this client."""
+    postmaster = int((bench_queue_env.bench_env.PGDATA / "postmaster.pid").read_text().split()[0])
+    web = [server.proc.pid, *_children(server.proc.pid)]
+    return {
+        "web": sum(_cpu_seconds(p) for p in web),
+        "dispatcher": _cpu_seconds(dispatcher.pid),
+        "postgres": sum(_cpu_seconds(p) for p in [postmaster, *_children(postmaster)]),
+        "client": time.process_time(),
+    }
 
 
 def outbox_drained() -> float:
@@ -101,20 +134,27 @@ def main() -> None:
     server = Gunicorn(env=env, workers=2).wait_ready()
     dispatcher = subprocess.Popen([sys.executable, "-c", DISPATCHER], cwd=ROOT, env=env)
     figures: dict[str, list[tuple[float, float]]] = {BARE: [], APP: []}
+    cpu: dict[str, list[float]] = {BARE: [], APP: []}  # ms of CPU per request, all processes
     try:
         for path in (BARE, APP):  # warm both (imports, connections)
             run_round(server.port, path, token, f"warm{path}", 50, threads)
         outbox_drained()
         for r in range(rounds):
             for path in (BARE, APP):
+                before = cpu_snapshot(server, dispatcher)
                 rate, p50, statuses = run_round(server.port, path, token, f"{r}{path}", n, threads)
                 assert set(statuses) == {202}, statuses
                 figures[path].append((rate, p50))
                 sent = (
                     f", all messages sent {outbox_drained() * 1000:.0f} ms after the last answer" if path == APP else ""
                 )
+                after = cpu_snapshot(server, dispatcher)
+                spent = {k: (after[k] - before[k]) * 1000 / n for k in before}
+                cpu[path].append(sum(spent.values()))
                 print(
                     f"round {r + 1} {'bare append' if path == BARE else 'lessonboard'}: {rate:.0f} req/s, p50 {p50:.1f} ms{sent}"
+                    f"; CPU ms per request: {', '.join(f'{k} {v:.2f}' for k, v in spent.items())}"
+                    f" (load average {os.getloadavg()[0]:.1f})"
                 )
     finally:
         dispatcher.terminate()
@@ -127,6 +167,9 @@ def main() -> None:
     print(f"lessonboard ingest       : {med[APP][0]:.0f} req/s, p50 {med[APP][1]:.1f} ms")
     print(f"bare durable-append view : {med[BARE][0]:.0f} req/s, p50 {med[BARE][1]:.1f} ms")
     print(f"ratio lessonboard / bare : {med[APP][0] / med[BARE][0]:.2f}")
+    app_cpu, bare_cpu = statistics.median(cpu[APP]), statistics.median(cpu[BARE])
+    print(f"CPU per request, all processes: lessonboard {app_cpu:.2f} ms, bare {bare_cpu:.2f} ms")
+    print(f"CPU ratio bare / lessonboard : {bare_cpu / app_cpu:.2f}")
     bench_queue_env.reset_queue()
     purge_broker()
 
