@@ -12,6 +12,7 @@ exactly one of them learns it was new.
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import logging
 import os
@@ -225,11 +226,12 @@ def _time(value: Any) -> datetime:
 READ_AHEAD = 1 << 16  # one read() holds a typical record whole
 
 
-def read_record(path: str) -> bytes:
+def read_record(path: str, *, dir_fd: int | None = None) -> bytes:
     """The bytes of one record file, read with plain ``os`` calls (a replay reads 100,000s of these;
     ``open()``'s buffered file object costs more than the read itself): the frame's header says how
-    much to read, so a small record takes one read. Bytes past the frame are never looked at."""
-    fd = os.open(path, os.O_RDONLY)
+    much to read, so a small record takes one read. Bytes past the frame are never looked at.
+    ``dir_fd``: ``path`` is a name in that open directory (the kernel does not walk the whole path)."""
+    fd = os.open(path, os.O_RDONLY, dir_fd=dir_fd)
     try:
         data = os.read(fd, READ_AHEAD)
         if len(data) < HEADER.size:
@@ -463,12 +465,29 @@ class Wal:
         listing is sorted), and once more with the rest: a replay puts the first records into the database
         while the scan reads the next ones. An exception it raises ends the scan."""
         listing = Listing()
-        pending: list[WalJob] = []
         now = time.time()
         try:
             entries = list(os.scandir(self.dir))
+            dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
         except FileNotFoundError:
             return listing
+        try:
+            self._scan(entries, dir_fd, listing, now, on_chunk, chunk)
+        finally:
+            os.close(dir_fd)
+        listing.jobs.sort(key=lambda j: (j.enqueued_at, j.id))  # ties in file-name order, as before
+        return listing
+
+    def _scan(
+        self,
+        entries: builtins.list[os.DirEntry[str]],
+        dir_fd: int,
+        listing: Listing,
+        now: float,
+        on_chunk: Callable[[builtins.list[WalJob]], object] | None,
+        chunk: int,
+    ) -> None:
+        pending: builtins.list[WalJob] = []
         for entry in entries:
             if not entry.is_file(follow_symlinks=False):
                 continue
@@ -484,7 +503,7 @@ class Wal:
             if not entry.name.endswith(SUFFIX):
                 continue
             try:
-                job = decode(unframe(read_record(entry.path)))
+                job = decode(unframe(read_record(entry.name, dir_fd=dir_fd)))
                 if job.id != entry.name[: -len(SUFFIX)]:
                     raise CorruptRecord(f"record id {job.id!r} does not match its file name")
             except FileNotFoundError:
@@ -502,8 +521,6 @@ class Wal:
                     pending = []
         if on_chunk is not None and pending:
             on_chunk(pending)
-        listing.jobs.sort(key=lambda j: (j.enqueued_at, j.id))  # ties in file-name order, as before
-        return listing
 
 
 @dataclass(frozen=True)
