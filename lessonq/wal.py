@@ -27,6 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from lessonq import gojson
 from lessonq.jobid import go_trim
 
@@ -131,6 +133,17 @@ def decode(payload: bytes) -> WalJob:
     missing keys zero; ``v`` must be 1."""
     import json
 
+    # Nearly every record is the canonical envelope: orjson reads it at four times json's speed. Anything
+    # it refuses or reads differently (integers past 64 bits become floats there, lone surrogate escapes
+    # are refused) is not canonical, and json decides it by the rules below, exactly as before.
+    try:
+        quick = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        quick = None
+    if type(quick) is dict:
+        fast = _decode_canonical(quick)
+        if fast is not None:
+            return fast
     try:
         data = json.loads(payload)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:

@@ -79,6 +79,54 @@ def test_decode_of_random_envelopes_only_raises_corrupt_record(job: dict[str, An
     assert decode(unframe(frame(record.payload()))) == record
 
 
+def decided(payload: bytes) -> WalJob | str:
+    try:
+        return decode(payload)
+    except CorruptRecord as exc:
+        return f"corrupt: {exc}"
+
+
+canonical_jobs = st.fixed_dictionaries(
+    {
+        "ID": any_text,
+        "Request": st.fixed_dictionaries({k: any_text for k in ("Task", "Attempt", "Outcome", "Trigger")}),
+        "EnqueuedAt": st.sampled_from(["2026-01-01T00:00:00Z", "2026-01-01T00:00:00.123456789+01:00", "", "x"]),
+        "NextAttemptAt": st.sampled_from(["2026-01-01T00:00:00Z", "0001-01-01T00:00:00Z"]),
+        "Attempts": st.integers() | st.floats() | st.sampled_from([2**63, -(2**63) - 1, 2**64, 10**30]),
+        "LastError": any_text,
+    }
+)
+
+
+@FUZZ
+@given(canonical_jobs | st.dictionaries(st.sampled_from(["ID", "id", "Request", "Attempts", "x"]), json_values))
+@example({"ID": "a", "Request": {}, "EnqueuedAt": "", "NextAttemptAt": "", "Attempts": 2**64, "LastError": ""})
+def test_the_fast_json_reader_decides_every_envelope_as_json_alone_does(job: dict[str, Any]) -> None:
+    """orjson reads canonical records; whatever it reads differently (big integers, lone surrogates) must
+    fall through to json, so the decoder's answer never depends on which reader took it."""
+    import orjson
+
+    from lessonq import wal as wal_module
+
+    payload = json.dumps({"v": 1, "job": job}).encode()
+    with_fast_reader = decided(payload)
+    real = wal_module.orjson
+
+    class Refusing:
+        JSONDecodeError = orjson.JSONDecodeError
+
+        @staticmethod
+        def loads(data: bytes) -> Any:
+            raise orjson.JSONDecodeError("json only", "", 0)
+
+    wal_module.orjson = Refusing  # type: ignore[assignment]
+    try:
+        json_alone = decided(payload)
+    finally:
+        wal_module.orjson = real
+    assert with_fast_reader == json_alone
+
+
 @FUZZ
 @given(st.integers(min_value=1, max_value=100_000))
 def test_decode_of_deeply_nested_json_is_a_corrupt_record(depth: int) -> None:
