@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
 from django.utils import timezone
 
 from lessonq import gojson, reconcile
@@ -17,6 +16,7 @@ from lessonq.ingest import LessonRequest, enqueue
 from lessonq.models import Job, JobState
 from lessonq.paths import dlq, expired_dir, wal
 from lessonq.wal import WalJob, frame
+from tests.support.locks import job_row_locked
 
 pytestmark = pytest.mark.django_db
 
@@ -226,9 +226,12 @@ def test_a_replay_adopts_records_chunk_by_chunk_as_the_scan_reads_them(
     monkeypatch.setattr(reconcile, "ADOPT_BATCH", 4)  # 23 records: six chunks handed over by the scan thread
     copies: list[int] = []
     adopt = reconcile.adopt_records
-    monkeypatch.setattr(
-        reconcile, "adopt_records", lambda records, **kw: copies.append(len(records)) or adopt(records, **kw)
-    )
+
+    def counted(records: list[WalJob], **kw: Any) -> int:
+        copies.append(len(records))
+        return adopt(records, **kw)
+
+    monkeypatch.setattr(reconcile, "adopt_records", counted)
     now = gojson.local(timezone.now())
     records = [_written(f"{i:016x}", now) for i in range(1, 21)]
     with_rows = [accepted(f"has a row {i}") for i in range(3)]
@@ -284,25 +287,8 @@ def test_a_waiting_row_another_step_holds_locked_is_skipped(queue_dir: Path, fak
     later = timezone.now() + timedelta(hours=1)
     held, free = accepted("held"), accepted("free")
     Job.objects.filter(pk__in=[held, free]).update(state=JobState.RETRY_WAIT, next_attempt_at=later)
-    locked, release = threading.Event(), threading.Event()
-
-    def hold_a_row_lock() -> None:
-        try:
-            with transaction.atomic():
-                Job.objects.select_for_update().get(pk=held)
-                locked.set()
-                release.wait(60)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold_a_row_lock)
-    holder.start()
-    try:
-        assert locked.wait(10)
+    with job_row_locked(held):
         report = reconcile.replay()
-    finally:
-        release.set()
-        holder.join()
     assert report.skipped_locked == 1
     assert Job.objects.get(pk=held).next_attempt_at == later  # left to the next pass
     assert Job.objects.get(pk=free).next_attempt_at <= timezone.now()

@@ -3,11 +3,9 @@ cap, per-item results, cancel, audit rows, and the progress fragment that stops 
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
 from django.utils import timezone
 
 from lessonboard.models import AuditEvent
@@ -15,6 +13,7 @@ from lessonq import bulk
 from lessonq.models import Job, JobState
 from lessonq.paths import dlq, wal
 from lessonq.triage.models import BulkAction, BulkItem, BulkState
+from tests.support.locks import job_row_locked
 from tests.support.processes import CeleryWorker
 from tests.support.wait import wait_for
 from tests.triage.conftest import hx
@@ -92,21 +91,7 @@ def test_it_cancels_a_running_bulk_action_between_chunks(
     made = [jobs(agent="many") for _ in range(2 * bulk.CHUNK + 10)]
     order = sorted(made, key=lambda j: (j.enqueued_at, j.id), reverse=True)  # the page's order: newest first
     victim = order[2].id
-    locked, release = threading.Event(), threading.Event()
-
-    def hold_a_row_lock() -> None:  # the worker blocks on this job's row until we let go
-        try:
-            with transaction.atomic():
-                Job.objects.select_for_update().get(pk=victim)
-                locked.set()
-                release.wait(60)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold_a_row_lock)
-    holder.start()
-    try:
-        assert locked.wait(10)
+    with job_row_locked(victim):  # the worker blocks on this job's row until we let go
         client = client_as(alice)
         bulk_id = start_from_page(
             client, "/queue/bulk/start", {"kind": "retry", "scope": "filter", "tab": "dead", "agent": "many"}
@@ -116,9 +101,6 @@ def test_it_cancels_a_running_bulk_action_between_chunks(
         assert running.status_code == 200 and "data-poll" in running.content.decode()
         assert client.post(f"/queue/bulk/{bulk_id}/cancel").status_code == 302
         assert BulkAction.objects.get(pk=bulk_id).state == BulkState.CANCELLING
-    finally:
-        release.set()
-        holder.join()
     action = wait_for(lambda: finished(bulk_id), timeout=60, what="bulk cancelled")
     assert (action.state, action.processed) == ("cancelled", bulk.CHUNK)
     assert BulkItem.objects.filter(bulk_id=bulk_id, outcome="cancelled").count() == len(made) - bulk.CHUNK
