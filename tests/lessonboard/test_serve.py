@@ -126,6 +126,9 @@ def _pid_gone(pid: int) -> bool:
 
 def test_it_restarts_a_worker_that_died_while_the_web_stays_up_and_readyz_says_degraded(serve_factory) -> None:  # type: ignore[no-untyped-def]
     serve = serve_factory(LESSONBOARD_SERVE_RESTART_BACKOFF="3").wait_up()
+    log = serve.log()
+    # How to log in comes before the children's output (a newcomer sees it without waiting for the web).
+    assert -1 < log.find("password") < log.find("Starting web:"), log[:2000]
     first = serve.status()
     web_pid, worker_pid = first["web"]["pid"], first["worker"]["pid"]
 

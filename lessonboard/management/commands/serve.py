@@ -68,6 +68,10 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, self._on_signal)
         try:
             child_env = self._prepare()
+            # How to log in, before the children's output and before the web server's first (slow) requests:
+            # the welcome below repeats it once the web server answers.
+            self.stdout.write("\n".join(self.login_hint))
+            self.stdout.flush()
             if options["demo"]:
                 call_command("demo", stdout=self.stdout)
             self._start_children(child_env, options)
@@ -199,11 +203,14 @@ class Command(BaseCommand):
         write_status(self.children)
 
     def _wait_for_web(self, url: str) -> bool:
-        for _ in range(600):  # up to 60 s
+        # A fresh worker's first requests can take over a second (Django imports every view on the first
+        # one): each probe waits up to 5 s, within 60 s in all.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
             if self.stop_requested.is_set() or any(c.proc is None or c.proc.poll() is not None for c in self.children):
                 return False
             try:
-                with urllib.request.urlopen(url + "healthz", timeout=1) as response:
+                with urllib.request.urlopen(url + "healthz", timeout=5) as response:
                     if response.status == 200:
                         return True
             except OSError:
