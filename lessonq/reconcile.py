@@ -289,7 +289,7 @@ def _settle_waiting(ids: list[str], now: datetime, pull_in: bool) -> dict[str, b
         cursor.execute(
             _SETTLE_WAITING,
             {
-                "ids": id_list(ids),
+                "ids": _id_list(ids),
                 "node": settings.LESSONQ_QUEUE,
                 "waiting": [str(s) for s in WAITING],
                 "now": now,
@@ -300,9 +300,9 @@ def _settle_waiting(ids: list[str], now: datetime, pull_in: bool) -> dict[str, b
 
 
 def _reconcile_batch(batch: list[WalJob], dlq_ids: set[str], now: datetime, pull_in: bool, report: Report) -> None:
+    # Waiting rows of this node were settled while the scan went on (_SETTLE_WAITING); what reaches here
+    # is a stale record, a record whose row is of another kind or node, or one whose row was locked then.
     stale = _older_than_stale(now)
-    found = _settle_waiting([r.id for r in batch if not stale(r)], now, pull_in)
-    batch = [r for r in batch if not found.get(r.id)]
     ids = [r.id for r in batch]
     # The payloads stay in the table: a record's own text is the WAL's, and only the rare repair of a
     # dead row without its DLQ record reads the row's (loaded then).
@@ -412,7 +412,7 @@ def _node_ids(states: tuple[JobState, ...]) -> set[str]:
         return {row[0] for row in cursor.fetchall()}
 
 
-def id_list(ids: list[str]) -> str:
+def _id_list(ids: list[str]) -> str:
     """JobIDs as one comma-separated text parameter, for ``= ANY(string_to_array(%s, ','))``: Django's
     client-side binding quotes a list parameter element by element in Python (0.5 s for a replay's
     100,000 ids), a single text at C speed. A JobID is 16 hex digits: a text with a comma is none, and
@@ -424,7 +424,7 @@ def _existing_ids(ids: list[str]) -> set[str]:
     if not ids:
         return set()
     with connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM queue_job WHERE id = ANY(string_to_array(%s, ','))", [id_list(ids)])
+        cursor.execute("SELECT id FROM queue_job WHERE id = ANY(string_to_array(%s, ','))", [_id_list(ids)])
         return {row[0] for row in cursor.fetchall()}
 
 
