@@ -12,6 +12,8 @@ can claim the file while it is still empty and fail to decode it — the worker'
   raised into the worker;
 * one folder listing serves many gets (kombu lists and sorts the whole folder for every message, which
   grows with the backlog);
+* an exchange's bindings are read from their file again only when the file has changed (kombu reads
+  and parses it for every message sent);
 * a consumer whose prefetch is full does not sleep a whole polling interval after a task finishes: the
   ack (or a prefetch change) wakes its wait at once, so the next message is taken as soon as a slot
   frees. kombu sleeps ``polling_interval`` whenever a get finds nothing *or may not take anything*, which
@@ -24,6 +26,7 @@ URL: ``atomicfs://`` (registered as a kombu transport alias when this module is 
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
 import os
@@ -59,6 +62,8 @@ class Channel(kombu_fs.Channel):  # type: ignore[misc]
         self._listed: dict[str, collections.deque[str]] = {}
         self._listed_at = -1e9
         self._relist_every = RELIST_INTERVAL
+        self._exchange_files: dict[str, Path] = {}
+        self._tables: dict[str, tuple[tuple[int, int, int], list[Any]]] = {}  # exchange → (file identity, table)
 
     def _side_folder(self, name: str) -> Path:
         folder = Path(self.data_folder_in) / name
@@ -67,13 +72,14 @@ class Channel(kombu_fs.Channel):  # type: ignore[misc]
 
     def _put(self, queue: str, message: Any, **kwargs: Any) -> None:  # type: ignore[override]
         name = f"{round(monotonic() * 1000)}_{next(_SEQUENCE) % 10**10:010d}-{uuid.uuid4()}.{queue}.msg"
-        staged = Path(self.data_folder_out) / ".staging" / name
+        out = os.fspath(self.data_folder_out)
+        staged = f"{out}/.staging/{name}"
         data = dumps(message).encode()
         try:
             try:
                 fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             except FileNotFoundError:
-                staged.parent.mkdir(parents=True, exist_ok=True)
+                os.makedirs(f"{out}/.staging", exist_ok=True)
                 fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
                 view = memoryview(data)
@@ -81,10 +87,32 @@ class Channel(kombu_fs.Channel):  # type: ignore[misc]
                     view = view[os.write(fd, view) :]
             finally:
                 os.close(fd)
-            os.rename(staged, Path(self.data_folder_out) / name)
+            os.rename(staged, f"{out}/{name}")
         except OSError as exc:
-            staged.unlink(missing_ok=True)
-            raise kombu_fs.ChannelError(f"Cannot add message {name!r} to {self.data_folder_out}") from exc
+            with contextlib.suppress(OSError):
+                os.unlink(staged)
+            raise kombu_fs.ChannelError(f"Cannot add message {name!r} to {out}") from exc
+
+    def get_table(self, exchange: str) -> list[Any]:
+        """The exchange's bindings. kombu reads and parses its table file for every message sent (a
+        quarter of a publish); the table only changes when a queue is bound, which writes a new file
+        and renames it into place (``_queue_bind``). So the table read last is kept per exchange and
+        read again only when a ``stat`` shows another file or another size or modification time."""
+        file = self._exchange_files.get(exchange)
+        if file is None:
+            file = self._exchange_files[exchange] = self._exchange_file(exchange)  # checks the name once
+        try:
+            st = os.stat(file)
+        except FileNotFoundError:
+            self._tables.pop(exchange, None)
+            return []
+        except OSError as exc:
+            raise kombu_fs.ChannelError(f"Cannot open {file}") from exc
+        identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = self._tables.get(exchange)
+        if cached is None or cached[0] != identity:
+            cached = self._tables[exchange] = (identity, super().get_table(exchange))
+        return list(cached[1])
 
     def basic_ack(self, delivery_tag: Any, multiple: bool = False) -> None:
         super().basic_ack(delivery_tag, multiple)

@@ -108,3 +108,33 @@ def test_an_ack_wakes_a_consumer_whose_prefetch_was_full_instead_of_it_sleeping_
             second.join(timeout=30)
             assert [m.payload for m in received] == [{"n": 1}, {"n": 2}]
             received[1].ack()
+
+
+def test_a_queue_bound_after_messages_were_sent_gets_the_next_ones_and_the_bindings_are_read_once(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The producer keeps the exchange's bindings between messages; a queue bound since (here through
+    another connection, as another process would) still gets the next message."""
+    from kombu import Exchange
+    from kombu.transport import filesystem as kombu_fs
+
+    reads = []
+    read_table = kombu_fs.Channel.get_table
+    monkeypatch.setattr(
+        kombu_fs.Channel, "get_table", lambda self, exchange: reads.append(exchange) or read_table(self, exchange)
+    )
+    exchange = Exchange("late", type="direct")
+    first, second = Queue("late-1", exchange, routing_key="k"), Queue("late-2", exchange, routing_key="k")
+    with _connection(tmp_path) as conn, _connection(tmp_path) as other:
+        producer = conn.Producer()
+        for n in range(5):
+            producer.publish({"n": n}, exchange=exchange, routing_key="k", declare=[first])
+        assert reads == ["late"]  # read for the first message only
+        second(other.default_channel).declare()
+        producer.publish({"n": 5}, exchange=exchange, routing_key="k")
+        late = other.SimpleQueue(second)
+        assert late.get(timeout=1).payload == {"n": 5}
+        early = conn.SimpleQueue(first)
+        assert [early.get(timeout=1).payload["n"] for _ in range(6)] == [0, 1, 2, 3, 4, 5]
+        late.close()
+        early.close()
