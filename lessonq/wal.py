@@ -208,6 +208,9 @@ def _decode_canonical(data: dict[str, Any]) -> WalJob | None:
         and type(attempts) is int
     ):
         return None
+    texts = (jid, task, attempt, outcome, trigger, last_error)
+    if not "".join(texts).isascii():  # json read it (orjson refuses a lone surrogate escape): Go's U+FFFD rule
+        jid, task, attempt, outcome, trigger, last_error = map(_str, texts)
     try:
         enqueued = _time(job["EnqueuedAt"])
         # A new record is due when it was enqueued: the same text, parsed once.
