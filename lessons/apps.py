@@ -13,6 +13,7 @@ class LessonsConfig(AppConfig):
         from lessons.models import Lesson, LessonStatus
 
         checks.register(lesson_checks.embedding_dimensions, "lessons")
+        checks.register(lesson_checks.embedding_packages, "lessons")
         checks.register(lesson_checks.embedding_column, checks.Tags.database)
         overview.SECTIONS.extend(
             [

