@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -20,6 +22,42 @@ from tests.support.processes import CeleryWorker, Gunicorn, purge_broker, subpro
 
 PASSWORD = "pw-not-secret-123"
 CHROMIUM = Path("/usr/bin/chromium")
+TESTS = Path(__file__).resolve().parent
+
+
+# --- tiers (docs/testing.md#tiers) -------------------------------------------------------------------------
+# Fixtures that start a child process (a Celery worker, gunicorn, a browser) or need one running.
+PROCESS_FIXTURES = frozenset({"celery_worker", "start_worker", "start_gunicorn", "lesson_worker", "browser", "page"})
+# A test body that starts a process itself (a manage.py/serve/Celery child, an interpreter of its own).
+PROCESS_SOURCE = re.compile(r"subprocess\.|Popen|CeleryWorker|Gunicorn|ManagedProcess|sys\.executable|lb\.py")
+DB_FIXTURES = frozenset({"db", "transactional_db", "django_db_setup", "live_server", "django_db_serialized_rollback"})
+
+
+def _starts_a_process(item: pytest.Item) -> bool:
+    if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    function = getattr(item, "function", None)
+    try:
+        return function is not None and bool(PROCESS_SOURCE.search(inspect.getsource(function)))
+    except (OSError, TypeError):
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks every test with its tier, from what it uses rather than from anyone remembering to:
+
+    * ``process``: starts or needs a child process or a browser (not in ``--quick``);
+    * ``backend``: talks to the database server or the broker — what CI's second pass, on the machine's
+      own PostgreSQL and Redis, runs again. Browser tests and the docs tests are left out of it: the same
+      pages and documents do not change with the server behind them."""
+    for item in items:
+        folder = Path(str(item.fspath)).resolve().relative_to(TESTS).parts[0]
+        if _starts_a_process(item) or item.get_closest_marker("worker") or item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.process)
+        uses_db = bool(DB_FIXTURES & set(getattr(item, "fixturenames", ()))) or item.get_closest_marker("django_db")
+        uses_broker = item.get_closest_marker("worker") is not None or item.get_closest_marker("process") is not None
+        if (uses_db or uses_broker) and folder not in {"e2e", "docs"} and not item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.backend)
 
 
 # --- personas ----------------------------------------------------------------------------------------
@@ -115,10 +153,15 @@ def fake_openai(fake_openai_server: FakeOpenAIServer, settings: Any) -> Iterator
 
 # --- the test database ----------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: Any) -> Iterator[None]:
+def django_db_setup(django_db_setup: Any, pytestconfig: pytest.Config) -> Iterator[None]:
     """pytest-django's, and before the test database is dropped, the connections of the query-embedding
     threads closed: ``lessons.retrieval`` embeds queries in a pool whose threads keep connections of their
-    own (the gateway reads the LLM breaker there), which would otherwise hold the database open."""
+    own (the gateway reads the LLM breaker there), which would otherwise hold the database open.
+
+    The database it built is stamped with the migrations it came from, so the next run reuses it."""
+    from tests import harness
+
+    harness.record_built_database(pytestconfig)
     yield
     from lessons import retrieval
 
