@@ -73,7 +73,12 @@ def _per_worker_redis_url(url: str, worker: str) -> str:
 
 
 os.environ["LESSONBOARD_ENV_FILE"] = ""
-BASE_DIR = Path(os.environ.get("LESSONBOARD_DATA_DIR", str(ROOT / "var" / "test"))).resolve()
+# The run's folder, handed to xdist's workers in LESSONBOARD_TEST_BASE_DIR (their LESSONBOARD_DATA_DIR, which
+# they inherit from the controller, is already a worker's folder).
+BASE_DIR = Path(
+    os.environ.get("LESSONBOARD_TEST_BASE_DIR") or os.environ.get("LESSONBOARD_DATA_DIR") or ROOT / "var" / "test"
+).resolve()
+os.environ["LESSONBOARD_TEST_BASE_DIR"] = str(BASE_DIR)
 CONTROLLER = _is_xdist_controller(sys.argv[1:])
 if not WORKER:
     _BASE_LOCK = _lock(BASE_DIR)  # the run as a whole (the controller, or a run without xdist)
