@@ -203,9 +203,9 @@ def start_worker(django_db_setup: Any) -> Iterator[Callable[..., CeleryWorker]]:
     started: list[CeleryWorker] = []
 
     def start(**kwargs: Any) -> CeleryWorker:
-        worker = CeleryWorker(**kwargs).wait_ready()
-        started.append(worker)
-        return worker
+        worker = CeleryWorker(**kwargs)
+        started.append(worker)  # before it is ready: one that never gets there is stopped too
+        return worker.wait_ready()
 
     yield start
     for worker in started:
@@ -217,9 +217,9 @@ def start_gunicorn(django_db_setup: Any) -> Iterator[Callable[..., Gunicorn]]:
     started: list[Gunicorn] = []
 
     def start(**kwargs: Any) -> Gunicorn:
-        server = Gunicorn(**kwargs).wait_ready()
-        started.append(server)
-        return server
+        server = Gunicorn(**kwargs)
+        started.append(server)  # before it is ready: one that never gets there is stopped too
+        return server.wait_ready()
 
     yield start
     for server in started:
