@@ -141,6 +141,7 @@ INSTALLED_APPS = [
     "lessons",
     "lessonq.apps.QueueConfig",
     "refine",
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -177,7 +178,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "lessonboard.context_processors.navigation",
+                "console.context_processors.navigation",
             ],
         },
     }

@@ -24,8 +24,8 @@ class RepositoryError(Exception):
 
 def allowed_roots() -> list[Path]:
     """The operator's roots, plus the demo's own folder in the data directory while the demo exists
-    (lessonboard/demo.py creates it and ``manage demo --remove`` deletes it)."""
-    from lessonboard import demo
+    (console/demo.py creates it and ``manage demo --remove`` deletes it)."""
+    from console import demo
 
     roots = [Path(os.path.realpath(root)) for root in settings.WORKSPACE_ROOTS]
     demo_root = demo.repository_root()

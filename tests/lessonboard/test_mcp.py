@@ -15,7 +15,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from lessonboard.mcp.tools import INSTRUCTIONS
+from console.mcp.tools import INSTRUCTIONS
 from lessonboard.models import Workspace
 from lessonboard.tokens import issue_token
 from lessonq.models import Job

@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 import pytest
 from django.core.cache import cache
 
-from lessonboard import inbox
+from console import inbox
 from lessonboard.models import Workspace
 from lessonq.models import Job, JobState
 from lessonq.triage.models import BulkAction

@@ -9,7 +9,7 @@ protocol: JSON-RPC, the tool schemas it derives from the signatures below, argum
 tool-error shape.
 
 Transport: Streamable HTTP in stateless, JSON-response mode, served by Django at ``/mcp`` (see
-``lessonboard.mcp.views``): every POST carries one JSON-RPC message and gets its answer in the response
+``console.mcp.views``): every POST carries one JSON-RPC message and gets its answer in the response
 body, so any gunicorn worker can answer it and nothing is kept between requests.
 """
 

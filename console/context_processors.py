@@ -41,7 +41,7 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
             "active": request.path == url or (url != "/" and request.path.startswith(url)),
         }
         if name == "inbox":
-            from lessonboard import inbox
+            from console import inbox
 
             try:
                 item["count"], item["counted"] = inbox.count_for(user), True
@@ -63,7 +63,7 @@ def demo_banner() -> str:
 
     state = cache.get("lessonboard:demo-banner")
     if state is None:
-        from lessonboard import demo
+        from console import demo
         from lessonq.models import Job
         from lessons.models import Lesson
 
