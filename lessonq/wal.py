@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from lessonq import gojson
+from lessonq import gojson, metrics
 from lessonq.jobid import go_trim
 
 log = logging.getLogger(__name__)
@@ -468,8 +468,6 @@ class Wal:
         reason_file.chmod(FILE_MODE)
         fsync_dir(self.quarantine_dir)
         log.warning("lessonq: record %s quarantined as %s: %s", path, target, reason)
-        from lessonq import metrics
-
         if poison:
             metrics.POISON_RECORDS.inc()
         else:
