@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from console import charts, inbox
+from console import charts, inbox, quality
 from lessonboard import breaker, dependencies, llm, overview
 from lessonboard.models import AuditEvent, WorkerHeartbeat
 from lessonboard.permissions import needs_role, require_perm, view_required
@@ -98,6 +98,5 @@ def ping_workers(request: HttpRequest) -> HttpResponse:
 @view_required
 def quality_settings(request: HttpRequest) -> HttpResponse:
     """chatcli's ``/config quality``: the effective quality settings, read-only."""
-    from console import quality
 
     return render(request, "lessonboard/quality.html", {"groups": quality.effective()})
