@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from lessonboard.files import fsync_dir
 from lessonq import gojson, metrics
 from lessonq.jobid import go_trim
 
@@ -284,16 +285,6 @@ class Listing:
     jobs: list[WalJob] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)
     tmp_removed: int = 0
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as exc:  # pragma: no cover - some filesystems refuse; chatcli only logs too
-        log.warning("lessonq: fsync of %s failed: %s", path, exc)
-    finally:
-        os.close(fd)
 
 
 class Wal:
