@@ -197,3 +197,42 @@ def test_each_app_says_in_its_docstring_what_it_may_use() -> None:
         assert "may import" in doc, f"{package}/__init__.py: say what the package may import"
         for other in APP_USES.get(package, ()):
             assert f"``{other}``" in doc, f"{package}/__init__.py: name ``{other}``, which it uses"
+
+
+# What any test module may import from the suite; everything else only from its own folder.
+SHARED_TEST_MODULES = ("tests.support", "tests.fakes", "tests.factories", "tests.harness")
+
+
+def cross_folder_test_imports(root: Path = docset.ROOT) -> list[str]:
+    bad = []
+    for path in sorted((root / "tests").rglob("*.py")):
+        folder = ".".join(path.relative_to(root).parent.parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                if not name.startswith("tests.") or name.startswith(SHARED_TEST_MODULES):
+                    continue
+                if name != folder and not name.startswith(folder + "."):
+                    bad.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
+    return bad
+
+
+def test_no_test_module_imports_another_test_folders_module() -> None:
+    """Shared fixtures and helpers live in tests/support/ (fixtures as plugins named in tests/conftest.py)."""
+    assert cross_folder_test_imports() == []
+
+
+def test_doc_reflection_uses_nothing_of_the_lessons_core() -> None:
+    """docs/architecture.md#sub-packages: ``lessons.reflect`` could become an app of its own."""
+    core = [
+        f"{i.where}: {i.target}"
+        for i in all_imports()
+        if i.source.startswith("lessons.reflect")
+        and top(i.target) == "lessons"
+        and not i.target.startswith("lessons.reflect")
+    ]
+    assert core == []

@@ -10,7 +10,7 @@ from lessonboard.diff import side_by_side
 from lessonboard.models import AuditEvent
 from lessons.models import Lesson
 from refine.models import AgentRefineMode, RefineRun
-from tests.refine.conftest import ORIGINAL, PASS_1, make_run, reply
+from tests.support.refine import ORIGINAL, PASS_1, make_run, reply
 
 pytestmark = pytest.mark.django_db
 
