@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
     if verb == "serve":
         cmd = [str(python), "manage.py", "serve", *rest]
     elif verb == "mcp-stdio":
-        cmd = [str(python), "-m", "lessonboard.mcp.stdio", *rest]
+        cmd = [str(python), "-m", "console.mcp.stdio", *rest]
     elif verb == "manage":
         cmd = [str(python), "manage.py", *rest]
     else:

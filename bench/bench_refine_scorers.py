@@ -22,8 +22,8 @@ import django
 
 django.setup()
 
+from lessonboard.diff import side_by_side  # noqa: E402
 from refine.convergence import Cascade, EmbeddingScorer  # noqa: E402
-from refine.diff import side_by_side  # noqa: E402
 from refine.scorers import char_score, jaccard_score  # noqa: E402
 
 WORDS = (

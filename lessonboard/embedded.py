@@ -23,13 +23,13 @@ import json
 import logging
 import os
 import socket
-import threading
-import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from lessonboard.waiting import poll
 
 logger = logging.getLogger(__name__)
 
@@ -139,14 +139,11 @@ def clear_stale_lockfile(pgdata: Path) -> str | None:
     lines = _lockfile_lines(pgdata)
     if not lines or is_running(pgdata):
         return None
-    deadline = time.monotonic() + STALE_SHARED_MEMORY_WAIT
-    while (attached := _shared_memory_attached(lines)) > 0:
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"PostgreSQL in {pgdata} is dead but {attached} of its processes still use its shared memory; "
-                "stop them (ps -u embedded_postgres) and start again"
-            )
-        threading.Event().wait(0.1)
+    if not poll(lambda: _shared_memory_attached(lines) == 0, timeout=STALE_SHARED_MEMORY_WAIT):
+        raise RuntimeError(
+            f"PostgreSQL in {pgdata} is dead but {_shared_memory_attached(lines)} of its processes still use its "
+            "shared memory; stop them (ps -u embedded_postgres) and start again"
+        )
     reason = f"postmaster.pid names PID {lines[0].strip()}, which is not a running server for {pgdata}"
     logger.warning("embedded PostgreSQL: %s; removing the stale lock file", reason)
     socket_path = _socket_path(lines)

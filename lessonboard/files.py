@@ -8,7 +8,12 @@ from pathlib import Path
 
 
 def fsync_dir(path: Path) -> None:
-    """Make a rename or unlink inside ``path`` survive a crash."""
+    """Make a rename, link or unlink inside ``path`` survive a crash; ``OSError`` when the fsync failed.
+
+    The one directory fsync of the project (the WAL's included). It raises rather than logs: a WAL
+    append that returns has promised the record is durable (ingest answers 202 on it), and a directory
+    fsync that failed breaks that promise, so the caller must know. chatcli logs and goes on; a
+    filesystem that refuses directory fsync cannot keep that promise, and lessonboard refuses it."""
     dir_fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
@@ -47,6 +48,11 @@ class TokenScope(models.TextChoices):
 class AgentTokenQuerySet(models.QuerySet["AgentToken"]):
     def active(self) -> AgentTokenQuerySet:
         return self.filter(revoked_at__isnull=True)
+
+
+def offline_cache_key(token_hash: str) -> str:
+    """The cache key of a token's offline copy (``lessonboard.tokens``, docs/security.md)."""
+    return f"lessonboard:agent-token:{token_hash}"
 
 
 class AgentToken(models.Model):
@@ -110,9 +116,7 @@ class AgentToken(models.Model):
         if self.revoked_at is None:
             self.revoked_at = timezone.now()
             self.save(update_fields=["revoked_at"])
-        from lessonboard.tokens import forget
-
-        forget(self)
+        cache.delete(offline_cache_key(self.token_hash))  # the offline copy too, even of a token revoked before
 
     def touch(self) -> None:
         """Record use, at most once per ``API_TOKEN_TOUCH_INTERVAL`` so busy agents cost no write each."""

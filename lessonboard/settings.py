@@ -141,6 +141,7 @@ INSTALLED_APPS = [
     "lessons",
     "lessonq.apps.QueueConfig",
     "refine",
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -177,7 +178,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "lessonboard.context_processors.navigation",
+                "console.context_processors.navigation",
             ],
         },
     }
@@ -390,6 +391,9 @@ CELERY_BEAT_SCHEDULE["refine-requeue-stalled"] = {"task": "refine.tasks.requeue_
 # --- workspace doc reflection ---------------------------------------------------------------
 # Directories under which a workspace's git work tree may live; empty: no repository can be attached.
 WORKSPACE_ROOTS = [Path(p).expanduser() for p in env.items("LESSONBOARD_WORKSPACE_ROOTS", [], lower=False)]
+# The demo's own git repository (``manage demo`` creates it, ``--remove`` deletes it): an allowed root too,
+# while it exists.
+DEMO_REPOSITORY_ROOT = env.path("LESSONBOARD_DEMO_REPOSITORY_ROOT", DATA_DIR / "demo", base=BASE_DIR).resolve()
 # Every git call is bounded: AIOSON's runGit uses a 4 MiB buffer; the timeout is ours.
 REFLECT_GIT_TIMEOUT = env.duration("LESSONBOARD_REFLECT_GIT_TIMEOUT", 10.0, minimum=0.001)
 REFLECT_GIT_MAX_OUTPUT = env.integer("LESSONBOARD_REFLECT_GIT_MAX_OUTPUT", 4 * 1024 * 1024, minimum=1024)

@@ -20,7 +20,7 @@ from django.core.cache import cache
 from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Field
 
-from lessonboard.models import SLUG_RE, AgentToken, TokenScope
+from lessonboard.models import SLUG_RE, AgentToken, TokenScope, offline_cache_key
 
 TOKEN_PREFIX = "lb"
 
@@ -148,7 +148,7 @@ def _fetch_one(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
 # cannot be reached is that copy used. Saving (revoking, editing) or deleting the row deletes it
 # (``forget_changed``, connected in apps.py), so no old copy outlives a change to its row on this node.
 def _cache_key(token_hash: str) -> str:
-    return f"lessonboard:agent-token:{token_hash}"
+    return offline_cache_key(token_hash)  # on the model, whose revoke() deletes the copy
 
 
 def remember(token: AgentToken) -> None:

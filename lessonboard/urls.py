@@ -3,20 +3,15 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from lessonboard import api_views, metrics, views
-from lessonboard.mcp import views as mcp_views
 
 urlpatterns = [
     # First: the trigger API is the busiest route, and every include tried before it costs a failed
     # resolve; its paths (api/v1/reflexion/triggers, queue/…) are no other app's.
     path("", include("lessonq.urls")),
-    path("", views.overview_page, name="overview"),
-    path("workers/ping", views.ping_workers, name="ping-workers"),
-    path("overview/charts", views.overview_charts, name="overview-charts"),
-    path("inbox/", views.inbox_page, name="inbox"),
-    path("inbox/act", views.inbox_act, name="inbox-act"),
+    # The console's pages (Overview, Inbox, quality settings, MCP, audit log): console/urls.py.
+    path("", include("console.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("settings/quality", views.quality_settings, name="quality-settings"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),
@@ -24,8 +19,6 @@ urlpatterns = [
     path("api/v1/whoami", api_views.whoami, name="api-whoami"),
     path("api/v1/workspaces", api_views.workspaces, name="api-workspaces"),
     path("api/v1/openapi.json", api_views.openapi_json, name="api-openapi"),
-    path("mcp", mcp_views.mcp_endpoint, name="mcp"),
-    path("", include("lessonboard.audit.urls")),
     path("", include("lessons.urls")),
     path("", include("refine.urls")),
     path("", include("lessons.reflect.urls")),

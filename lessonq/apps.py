@@ -16,10 +16,10 @@ class QueueConfig(AppConfig):
 
         from lessonboard import metrics as project_metrics
         from lessonboard.overview import SECTIONS, Count
-        from lessonq import metrics
+        from lessonq.gauges import QueueGaugeCollector
 
-        if not any(isinstance(c, metrics.QueueGaugeCollector) for c in project_metrics.EXTRA_COLLECTORS):
-            project_metrics.EXTRA_COLLECTORS.append(metrics.QueueGaugeCollector())
+        if not any(isinstance(c, QueueGaugeCollector) for c in project_metrics.EXTRA_COLLECTORS):
+            project_metrics.EXTRA_COLLECTORS.append(QueueGaugeCollector())
         _register_triage_collector(project_metrics.EXTRA_COLLECTORS)
         from lessonq.triage import queries as triage
 

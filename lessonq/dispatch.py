@@ -20,6 +20,7 @@ from kombu.utils.uuid import uuid
 
 from lessonboard import llm
 from lessonboard.celery import app
+from lessonboard.waiting import poll
 from lessonq import metrics
 from lessonq.models import Job, JobState, NodeLoad
 
@@ -168,8 +169,6 @@ def wait_for_room(job: Job, *, now: datetime) -> bool:
     """Block policy, after the job was committed undispatched: wait up to LESSONQ_BLOCK_TIMEOUT for a
     slot, then dispatch it; ``rejected_full`` when none frees (the sweeper dispatches it later)."""
     if settings.LESSONQ_BLOCK_TIMEOUT > 0 and not transaction.get_connection().in_atomic_block:
-        from lessonq.waiting import poll
-
         if poll(lambda: room() > 0, timeout=settings.LESSONQ_BLOCK_TIMEOUT) and dispatch(job, now=now):
             return True
     metrics.ENQUEUE.labels(outcome="rejected_full").inc()

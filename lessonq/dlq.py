@@ -183,11 +183,6 @@ def purge_many(job_ids: Iterable[str], **kwargs: Any) -> BulkResult:
     return result
 
 
-def retry_matching(jobs: JobQuerySet, **kwargs: Any) -> BulkResult:
-    """Bulk retry of a filtered selection (e.g. the triage page's filter)."""
-    return retry_many(list(jobs.dead().values_list("pk", flat=True)), **kwargs)
-
-
 def purge_matching(jobs: JobQuerySet, **kwargs: Any) -> BulkResult:
     return purge_many(list(jobs.dead().values_list("pk", flat=True)), **kwargs)
 

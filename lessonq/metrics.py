@@ -1,18 +1,13 @@
 """The ten ``chatcli_lessonq_*`` series (docs/compat/chatcli.md#metrics), with chatcli's names, types, labels and buckets.
 
-Counters and the histogram are ordinary multiprocess-safe prometheus_client metrics. The three gauges
-are computed at scrape time (``QueueGaugeCollector``) from this node's WAL/DLQ directories and the
-database, so they are right across processes (unlike chatcli, whose WAL and DLQ share one gauge).
+Counters and the histogram are ordinary multiprocess-safe prometheus_client metrics; they import nothing
+of the queue, so any queue module may count. The three gauges are computed at scrape time by
+``lessonq.gauges.QueueGaugeCollector``, which reads the WAL and the database.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from prometheus_client import Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 ENQUEUE = Counter("chatcli_lessonq_enqueue_total", "Lesson jobs offered to the queue, by outcome.", ["outcome"])
 PROCESSING_DURATION = Histogram(
@@ -43,19 +38,3 @@ ADOPTED_JOBS = Counter(
 
 ENQUEUE_OUTCOMES = ("accepted", "rejected_full", "deduped", "dropped_oldest")
 ATTEMPT_OUTCOMES = ("success", "skipped", "transient", "permanent")
-
-
-class QueueGaugeCollector(Collector):
-    """``queue_depth`` (this node's pending/retry_wait jobs), ``dlq_size`` and ``wal_segments`` (file counts)."""
-
-    def collect(self) -> Iterator[Metric]:
-        from lessonq.models import Job
-        from lessonq.paths import dlq, wal
-
-        try:
-            depth = Job.objects.for_this_node().waiting().count()
-        except Exception:  # the database is down: report the WAL, not an error page
-            depth = wal().count()
-        yield GaugeMetricFamily("chatcli_lessonq_queue_depth", "Queued lesson jobs (excludes in-flight).", value=depth)
-        yield GaugeMetricFamily("chatcli_lessonq_dlq_size", "Records in the dead-letter queue.", value=dlq().count())
-        yield GaugeMetricFamily("chatcli_lessonq_wal_segments", "Records in the active WAL.", value=wal().count())

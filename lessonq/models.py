@@ -209,10 +209,6 @@ class Job(models.Model):
             last_error=self.last_error,
         )
 
-    @property
-    def is_terminal(self) -> bool:
-        return self.state not in ACTIVE
-
     # --- transitions --------------------------------------------------------------------------------------
     def _save(self, *fields: str) -> None:
         self.updated_at = timezone.now()

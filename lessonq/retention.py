@@ -23,11 +23,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from lessonboard.files import fsync_dir
 from lessonboard.models import AuditEvent
 from lessonq.models import Job, JobState
 from lessonq.paths import base, dlq
 from lessonq.triage.models import RetentionRun
-from lessonq.wal import fsync_dir
 
 
 def distance_to_cap() -> tuple[int, int]:

@@ -29,7 +29,8 @@ from typing import Any
 
 import orjson
 
-from lessonq import gojson
+from lessonboard.files import fsync_dir
+from lessonq import gojson, metrics
 from lessonq.jobid import go_trim
 
 log = logging.getLogger(__name__)
@@ -286,16 +287,6 @@ class Listing:
     tmp_removed: int = 0
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as exc:  # pragma: no cover - some filesystems refuse; chatcli only logs too
-        log.warning("lessonq: fsync of %s failed: %s", path, exc)
-    finally:
-        os.close(fd)
-
-
 class Wal:
     """One WAL directory (active or DLQ). Safe across threads and processes."""
 
@@ -468,8 +459,6 @@ class Wal:
         reason_file.chmod(FILE_MODE)
         fsync_dir(self.quarantine_dir)
         log.warning("lessonq: record %s quarantined as %s: %s", path, target, reason)
-        from lessonq import metrics
-
         if poison:
             metrics.POISON_RECORDS.inc()
         else:

@@ -261,21 +261,28 @@ _cache: dict[tuple[str, str, str, str, int], Provider | None] = {}
 _cache_lock = threading.Lock()
 
 
+LOCAL_MODELS = ("use", "e5", "minilm")  # the bundled models ``local`` runs (LESSONBOARD_EMBEDDING_LOCAL_MODEL)
+
+
 def load(
-    provider_name: str, local_model: str = "e5", *, threads: int = 1, e5_engine: str | None = None
+    provider_name: str, local_model: str | None = None, *, threads: int = 1, e5_engine: str | None = None
 ) -> Provider | None:
-    """A provider by name (``None`` for ``none``); not cached. ``e5_engine`` defaults to the setting."""
+    """A provider by name (``None`` for ``none``); not cached. ``local_model`` and ``e5_engine`` default to
+    their settings; an unknown name is an ``EmbeddingError``, never another model."""
     if provider_name == "none":
         return None
     if provider_name == "openai":
         return OpenAIProvider(settings.LESSONS_EMBEDDING_OPENAI_MODEL, settings.LESSONS_EMBEDDING_DIMENSIONS)
     if provider_name == "local":
-        if local_model == "use":
+        model = local_model or settings.LESSONS_EMBEDDING_LOCAL_MODEL
+        if model == "use":
             return USEProvider(threads)
-        if local_model != "e5":
+        if model == "minilm":
             return MiniLMProvider(threads)
-        engine = e5_engine or settings.LESSONS_EMBEDDING_E5_ENGINE
-        return E5OnnxProvider(threads) if engine == "onnx" else E5Provider(threads)
+        if model == "e5":
+            engine = e5_engine or settings.LESSONS_EMBEDDING_E5_ENGINE
+            return E5OnnxProvider(threads) if engine == "onnx" else E5Provider(threads)
+        raise EmbeddingError(f"unknown local embedding model {model!r}: one of {', '.join(LOCAL_MODELS)}")
     raise EmbeddingError(f"unknown embedding provider {provider_name!r}")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Annotated, Any
 
 from django.conf import settings
@@ -14,6 +13,7 @@ from pydantic import Field
 from lessonboard.api import ApiError, ApiRequest, Described, api_view, json_body
 from lessonboard.models import TokenScope
 from lessonboard.schemas import AgentName, QueryModel, RequestModel, ResponseModel, Says, validated
+from lessonboard.waiting import poll
 from refine import runs
 from refine.models import AgentRefineMode, RefineMode, RefineRun
 
@@ -22,7 +22,6 @@ MODE_ALIASES = {"next": RefineMode.ONCE.value, "clear": RefineMode.AUTO.value}
 MAX_DRAFT_CHARS = 200_000
 MAX_TASK_CHARS = 50_000
 POLL_INTERVAL = 0.1
-_pause = threading.Event()  # never set: .wait(interval) is a pause with a deadline around it
 _waiters = threading.BoundedSemaphore(settings.REFINE_API_MAX_WAITERS)
 
 
@@ -137,6 +136,11 @@ def run_json(run: RefineRun, request: HttpRequest) -> dict[str, Any]:
     }
 
 
+def _finished_now(run: RefineRun) -> bool:
+    run.refresh_from_db()
+    return run.is_finished
+
+
 @api_view(
     TokenScope.FULL,
     methods=("POST",),
@@ -165,10 +169,8 @@ def refine(request: ApiRequest) -> JsonResponse:
     # at once, the others answer 202 at once, so health checks and pages always find a free thread.
     if _waiters.acquire(blocking=False):
         try:
-            deadline = time.monotonic() + settings.REFINE_API_WAIT
-            while not run.is_finished and time.monotonic() < deadline:
-                _pause.wait(POLL_INTERVAL)
-                run.refresh_from_db()
+            if not run.is_finished:
+                poll(lambda: _finished_now(run), timeout=settings.REFINE_API_WAIT, interval=POLL_INTERVAL)
         finally:
             _waiters.release()
     body = run_json(run, request)

@@ -213,13 +213,6 @@ class Check:
     def degraded_from(self) -> str:
         return self.score.degraded_from
 
-    @property
-    def total_cost(self) -> Cost:
-        total = Cost()
-        for entry in self.trail:
-            total.add(entry.score.cost)
-        return total
-
     def as_dict(self) -> dict[str, Any]:
         return {
             "converged": self.converged,

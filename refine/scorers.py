@@ -103,6 +103,3 @@ def jaccard_score(a: str, b: str, *, stop_words: frozenset[str] = STOP_WORDS) ->
     confidence = min(newton_sqrt4(float(len(set_a) * len(set_b))) / 50, 0.95)
     return Score(clamp(similarity), confidence)
 
-
-def with_stop_words(extra: list[str]) -> frozenset[str]:
-    return STOP_WORDS | {word.strip().lower() for word in extra if word.strip()}

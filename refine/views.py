@@ -13,10 +13,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from lessonboard.diff import side_by_side
 from lessonboard.permissions import needs_role, require_perm, view_required
 from refine import runs
 from refine.chart import similarity_chart
-from refine.diff import side_by_side
 from refine.forms import LessonProposalForm, ModeForm, RunFilterForm
 from refine.models import AgentRefineMode, RefinePass, RefineRun, RefineRunQuerySet, RunStatus
 

@@ -18,9 +18,12 @@ from django.test import Client
 from lessonboard.tokens import issue_token
 from tests.factories import UserFactory
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.support.clients import PASSWORD, ApiClient
 from tests.support.processes import CeleryWorker, Gunicorn, purge_broker, subprocess_env
 
-PASSWORD = "pw-not-secret-123"
+# Fixtures more than one folder uses live in tests/support/ (no test module imports another folder's).
+pytest_plugins = ["tests.support.queue", "tests.support.review", "tests.support.refine", "tests.support.reflect"]
+
 CHROMIUM = Path("/usr/bin/chromium")
 TESTS = Path(__file__).resolve().parent
 
@@ -95,26 +98,6 @@ def client_as() -> Callable[[Any], Client]:
 
 
 # --- API tokens ------------------------------------------------------------------------------------------
-class ApiClient:
-    """Django's test client with a bearer token and JSON bodies."""
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-        self.client = Client()
-
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
-
-    def post(self, path: str, data: Any = None, *, raw: bytes | str | None = None) -> Any:
-        import json
-
-        body = raw if raw is not None else json.dumps(data if data is not None else {})
-        return self.client.post(path, data=body, content_type="application/json", headers=self._headers())
-
-    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
-        return self.client.get(path, params or {}, headers=self._headers())
-
-
 @pytest.fixture
 def agent_token(db: Any) -> Callable[..., str]:
     """``agent_token("name", "ingest")`` → the plaintext of a fresh token."""

@@ -36,10 +36,6 @@ def manifest_file(repo: Path) -> Path:
     return repo / MANIFEST_PATH
 
 
-def bootstrap_folder(repo: Path, bootstrap_dir: str) -> Path:
-    return repo / bootstrap_dir
-
-
 def _confine(repo: Path, rel: str | Path) -> tuple[Path, tuple[str, ...]]:
     """The repository's real path and the components of ``rel`` resolved inside it."""
     real_repo = Path(os.path.realpath(repo))

@@ -23,12 +23,10 @@ class RepositoryError(Exception):
 
 
 def allowed_roots() -> list[Path]:
-    """The operator's roots, plus the demo's own folder in the data directory while the demo exists
-    (lessonboard/demo.py creates it and ``manage demo --remove`` deletes it)."""
-    from lessonboard import demo
-
+    """The operator's roots, plus the demo's own folder (``DEMO_REPOSITORY_ROOT``) while it exists
+    (``manage demo`` creates it and ``manage demo --remove`` deletes it)."""
     roots = [Path(os.path.realpath(root)) for root in settings.WORKSPACE_ROOTS]
-    demo_root = demo.repository_root()
+    demo_root = Path(settings.DEMO_REPOSITORY_ROOT)
     if demo_root.is_dir():
         roots.append(Path(os.path.realpath(demo_root)))
     return roots

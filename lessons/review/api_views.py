@@ -65,7 +65,7 @@ class MemorySnapshot(ResponseModel):
     usage: str
 
 
-def _workspace_slug(value: str) -> str:
+def workspace_slug(value: str) -> str:
     """``value`` if it is a workspace slug, else ``ApiError`` naming ``workspace`` (the MCP tools too)."""
     return validated(MemoryQuery, {"workspace": value}).workspace
 

@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from lessonboard.diff import SideBySide, side_by_side
 from lessonboard.models import AuditEvent
 from lessonboard.permissions import require_perm, view_required
 from lessons.content import fact_content
@@ -27,7 +28,6 @@ from lessons.review import decisions, memory
 from lessons.review.models import Decision, Proposal, ProposalStatus
 from lessons.review.nearest import Neighbour, nearest
 from lessons.review.wording import TARGET_LABELS, decided_text, for_people
-from refine.diff import SideBySide, side_by_side
 
 review_required = require_perm("lessonboard.review_memory")
 

@@ -13,6 +13,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from lessonboard.celery import app
 from lessons.usage.models import LessonUsage, Retrieval, Served
 
 if TYPE_CHECKING:
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from lessons.retrieval import Hit
 
 log = logging.getLogger(__name__)
+
+EMBED_RETRIEVAL = "lessons.tasks.embed_retrieval"  # the task (lessons/tasks.py) and its queue, ``embed``
 
 
 def record_retrieval(
@@ -62,10 +65,8 @@ def schedule_task_embedding(retrieval_id: int) -> None:
         return
 
     def send() -> None:
-        from lessons.tasks import embed_retrieval
-
-        try:
-            embed_retrieval.delay(retrieval_id)
+        try:  # published by name, as refine and the queue do: the task module imports this one
+            app.send_task(EMBED_RETRIEVAL, args=[retrieval_id], queue="embed")
         except Exception:
             log.warning("lessons: could not queue the embedding of retrieval %s", retrieval_id, exc_info=True)
 

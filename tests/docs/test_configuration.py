@@ -3,6 +3,8 @@ in docs/configuration.md (and .env.example), and every variable documented there
 
 from __future__ import annotations
 
+import re
+
 from tests.docs import docset
 
 
@@ -33,3 +35,14 @@ def test_it_documents_no_setting_that_is_not_read() -> None:
 def test_it_shows_every_setting_in_env_example() -> None:
     missing = sorted(docset.settings_read() - docset.env_example_names())
     assert missing == [], f"add these to .env.example (commented out is fine): {missing}"
+
+
+def test_it_documents_each_variable_once() -> None:
+    """One row per variable in docs/configuration.md: two rows drift apart (four once said different things)."""
+    rows = [
+        name
+        for _, line in docset.prose_lines(docset.CONFIGURATION.read_text(encoding="utf-8"))
+        if line.lstrip().startswith("|")
+        for name in re.findall(r"`([A-Z][A-Z0-9_]{2,})`", line.strip().strip("|").split("|")[0])
+    ]
+    assert sorted({name for name in rows if rows.count(name) > 1}) == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.docs import docset
 
-APPS = ("lessonboard", "lessonq", "lessons", "refine")
+APPS = ("lessonboard", "lessonq", "lessons", "refine", "console")
 # Entry points may import tasks: they sit above the domain (views, API, commands) or are Celery's own.
 ENTRY_POINTS = re.compile(r"(^|/)(views|api_views|api|admin|urls|tasks|celery)\.py$|/management/commands/")
 

@@ -16,8 +16,7 @@ import pytest
 
 from tests.docs import docset
 from tests.factories import UserFactory
-from tests.lessonq.conftest import queue_dir  # noqa: F401  (re-exported fixture)
-from tests.triage.conftest import make_job
+from tests.support.queue import make_job
 
 IMG = docset.DOCS / "img"
 
@@ -73,7 +72,7 @@ def test_it_takes_the_screenshot_from_the_live_page(
     browser: Any,
     live_server: Any,
     login: Any,
-    queue_dir: Path,  # noqa: F811
+    queue_dir: Path,
     tmp_path: Path,
 ) -> None:
     UserFactory(username="alice", role="operator")

@@ -1,12 +1,9 @@
-"""Browser tests reuse the review and triage fixtures, with a clean cache per test."""
+"""Browser tests: a clean cache per test (the review and queue fixtures come from tests/support/)."""
 
 from collections.abc import Iterator
 
 import pytest
 from django.core.cache import cache
-
-from tests.review.conftest import stage  # noqa: F401
-from tests.triage.conftest import jobs, queue_dir  # noqa: F401
 
 
 @pytest.fixture(autouse=True)

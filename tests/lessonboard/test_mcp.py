@@ -15,19 +15,16 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from lessonboard.mcp.tools import INSTRUCTIONS
+from console.mcp.tools import INSTRUCTIONS
 from lessonboard.models import Workspace
 from lessonboard.tokens import issue_token
 from lessonq.models import Job
 from lessons.models import Lesson
 from lessons.review.models import Proposal
 from lessons.store import persist_lesson
-from tests.lessonq import conftest as lessonq_conftest
 from tests.support.processes import Gunicorn, subprocess_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
-
-queue_dir = lessonq_conftest.queue_dir  # the queue suite's fixture: a fresh LESSONQ_BASE_DIR and node
 
 
 @pytest.fixture

@@ -20,12 +20,10 @@ import pytest
 from lessonboard.models import TokenScope, Workspace
 from lessonboard.tokens import issue_token
 from tests.fakes.openai_server import Reply
-from tests.lessonq import conftest as lessonq_conftest
 from tests.support.processes import Gunicorn, subprocess_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
-queue_dir = lessonq_conftest.queue_dir  # the queue suite's fixture: a fresh LESSONQ_BASE_DIR and node
 
 MAX_EXAMPLES = int(os.environ.get("LESSONBOARD_OPENAPI_FUZZ_EXAMPLES", "25"))
 SEED = int(os.environ.get("LESSONBOARD_OPENAPI_FUZZ_SEED", "20261201"))

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.conf import settings as django_settings
 
-from lessonboard import quality
+from console import quality
 
 pytestmark = pytest.mark.django_db
 

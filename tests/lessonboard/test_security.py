@@ -16,8 +16,8 @@ from django.test import Client
 from lessonboard.models import AgentToken, AuditEvent
 from lessonboard.tokens import authenticate, authenticate_offline, issue_token
 from lessonq.triage.metrics import OPERATOR_ACTIONS
-from tests.conftest import PASSWORD, ApiClient
 from tests.factories import UserFactory
+from tests.support.clients import PASSWORD, ApiClient
 from tests.support.processes import subprocess_env
 
 pytestmark = pytest.mark.django_db

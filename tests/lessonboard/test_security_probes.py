@@ -14,11 +14,10 @@ from lessonboard.models import AuditEvent
 from lessons import vectors
 from lessons.review.staging import run_review
 from lessons.store import persist_lesson
-from tests.conftest import PASSWORD
 from tests.factories import WorkspaceFactory
-from tests.lessonq.conftest import queue_dir  # noqa: F401  (re-exported fixture)
-from tests.review.conftest import hold
-from tests.triage.conftest import make_job
+from tests.support.clients import PASSWORD
+from tests.support.queue import make_job
+from tests.support.review import hold
 
 pytestmark = pytest.mark.django_db
 
@@ -94,7 +93,7 @@ ATTRIBUTE = '"><img src=x onerror=alert(1)>'
 
 
 @pytest.fixture
-def hostile_text(queue_dir: Path) -> dict[str, str]:  # noqa: F811
+def hostile_text(queue_dir: Path) -> dict[str, str]:
     """A lesson, a dead job, a pending proposal and an audit event whose text fields carry the payloads;
     the paths of the pages that show each of them."""
     lesson = persist_lesson(

@@ -4,7 +4,7 @@ from django.db import connection
 
 from lessonboard.models import AgentToken
 from lessonboard.tokens import hash_token, issue_token
-from tests.conftest import ApiClient
+from tests.support.clients import ApiClient
 
 pytestmark = pytest.mark.django_db
 

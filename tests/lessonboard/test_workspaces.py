@@ -12,8 +12,8 @@ from django.core.management import call_command
 
 from lessonboard.models import AgentToken, AuditEvent, Workspace
 from lessonboard.tokens import issue_token
-from tests.conftest import ApiClient
 from tests.factories import WorkspaceFactory
+from tests.support.clients import ApiClient
 
 pytestmark = pytest.mark.django_db
 

@@ -1,8 +1,7 @@
-"""Queue fixtures: an isolated WAL base dir and node per test, and real lesson workers."""
+"""Queue fixtures: real lesson workers (the WAL dir and node per test, ``queue_dir``, are tests/support/queue.py's)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,24 +9,6 @@ from typing import Any
 import pytest
 
 from tests.support.processes import CeleryWorker, subprocess_env
-
-LESSON = "<situation>edit large file</situation><mistake>full rewrite</mistake><correction>use Edit</correction><tags>go, edit-file</tags>"
-
-
-@pytest.fixture
-def queue_dir(settings: Any, tmp_path: Path) -> Path:
-    """A fresh LESSONQ_BASE_DIR and a node name of its own (so no other worker takes our messages)."""
-    base = tmp_path / "lessonq"
-    for sub in ("wal", "dlq", "quarantine", "expired"):
-        (base / sub).mkdir(parents=True)
-    node = "q3" + uuid.uuid4().hex[:8]
-    settings.LESSONQ_BASE_DIR = base
-    settings.NODE_NAME = node
-    settings.LESSONQ_QUEUE = f"lessonq.{node}"
-    settings.LESSONQ_INITIAL_DELAY = 0.05
-    settings.LESSONQ_JITTER = 0.0
-    settings.LESSONQ_REDISPATCH_AFTER = 1.0
-    return base
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from lessonq.models import ACTIVE, Job, JobAttempt, JobState, Outbox
 from lessonq.paths import dlq, expired_dir, wal
 from lessons.models import Lesson
 from tests.fakes.openai_server import Reply
-from tests.lessonq.conftest import LESSON
 from tests.support.processes import ROOT, subprocess_env
+from tests.support.queue import LESSON
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]

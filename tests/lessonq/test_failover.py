@@ -26,11 +26,11 @@ from lessonq.models import Job, JobAttempt, JobState, NodeLease, Outbox
 from lessonq.wal import Wal
 from lessons.models import Lesson
 from tests.fakes.openai_server import Reply
-from tests.lessonq.conftest import LESSON
 from tests.lessonq.test_crash import assert_invariant
 from tests.lessonq.test_dlq import dead_job
 from tests.lessonq.test_metrics import sample, scrape
 from tests.support.processes import ROOT, CeleryWorker, subprocess_env
+from tests.support.queue import LESSON
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

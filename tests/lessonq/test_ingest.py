@@ -106,7 +106,7 @@ def test_it_names_the_bad_field(api: Any, queue_dir: Path, body: dict[str, Any],
 def test_it_rejects_bad_json_and_missing_tokens_but_takes_ingest_tokens(
     api: Any, agent_token: Any, queue_dir: Path
 ) -> None:
-    from tests.conftest import ApiClient
+    from tests.support.clients import ApiClient
 
     assert api.post(URL, raw="{nope").json()["field"] == "body"
     assert ApiClient("lb_nope_nope").post(URL, {"task": "t", "error": "e"}).status_code == 401

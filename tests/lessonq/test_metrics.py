@@ -13,7 +13,7 @@ from lessonq import processing
 from lessonq.ingest import LessonRequest, enqueue
 from lessonq.models import Job
 from tests.fakes.openai_server import Reply
-from tests.lessonq.conftest import LESSON
+from tests.support.queue import LESSON
 
 pytestmark = pytest.mark.django_db
 

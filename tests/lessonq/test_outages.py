@@ -24,8 +24,8 @@ import pytest
 from lessonq.models import Job, JobState
 from lessonq.reconcile import sweep
 from tests.fakes.openai_server import Reply
-from tests.lessonq.conftest import LESSON
 from tests.support.processes import subprocess_env
+from tests.support.queue import LESSON
 from tests.support.wait import wait_for
 
 URL = "/api/v1/reflexion/triggers"
@@ -153,7 +153,7 @@ def test_a_dlq_retry_on_a_full_disk_says_so_and_changes_nothing(
 ) -> None:
     from lessonboard.models import AuditEvent
     from lessonq.paths import dlq
-    from tests.lessonq.test_poison import record
+    from tests.support.queue import record
 
     base = small_disk / "lessonq"
     for sub in ("wal", "dlq", "quarantine", "expired"):

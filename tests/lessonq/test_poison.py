@@ -15,24 +15,16 @@ from django.utils import timezone
 
 from lessonboard.models import AuditEvent
 from lessonq import dlq as dlq_ops
-from lessonq import gojson, reconcile
+from lessonq import reconcile
 from lessonq.ingest import LessonRequest
 from lessonq.metrics import POISON_RECORDS
 from lessonq.models import Job, JobState
 from lessonq.paths import dlq, wal
-from lessonq.wal import REASON_SUFFIX, WalJob, frame
+from lessonq.wal import REASON_SUFFIX, frame
+from tests.support.queue import record
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/reflexion/triggers"
-
-
-def record(job_id: str, **fields: Any) -> WalJob:
-    now = gojson.local(timezone.now())
-    values: dict[str, Any] = dict(
-        id=job_id, task=f"task {job_id}", outcome="ERROR: x", trigger="error", enqueued_at=now, next_attempt_at=now
-    )
-    values.update(fields)
-    return WalJob(**values)
 
 
 def poison_count() -> float:

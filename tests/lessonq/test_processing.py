@@ -18,7 +18,7 @@ from lessonq.models import Job, JobState
 from lessonq.paths import dlq, wal
 from lessons.models import Lesson
 from tests.fakes.openai_server import Reply
-from tests.lessonq.conftest import LESSON
+from tests.support.queue import LESSON
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from lessonq.models import Job, JobState
 from lessonq.paths import dlq, wal
 from lessons.models import Lesson
 from tests.fakes.openai_server import Reply
-from tests.lessonq.conftest import LESSON
+from tests.support.queue import LESSON
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]

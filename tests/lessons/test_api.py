@@ -5,7 +5,7 @@ import pytest
 from lessonboard.models import AuditEvent
 from lessons import vectors
 from lessons.models import Lesson
-from tests.conftest import ApiClient
+from tests.support.clients import ApiClient
 
 pytestmark = pytest.mark.django_db
 

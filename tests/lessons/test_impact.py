@@ -12,7 +12,7 @@ from lessons import vectors
 from lessons.review.staging import stage_lesson
 from lessons.store import persist_lesson
 from lessons.usage.log import embed_task
-from tests.conftest import ApiClient
+from tests.support.clients import ApiClient
 
 pytestmark = pytest.mark.django_db
 

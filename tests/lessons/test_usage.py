@@ -16,12 +16,9 @@ from lessons.tasks import refresh_all_usage
 from lessons.usage import gaps
 from lessons.usage.log import embed_task, purge_old
 from lessons.usage.models import LessonUsage, Retrieval, Served
-from tests.conftest import ApiClient
-from tests.lessonq import conftest as lessonq_conftest
+from tests.support.clients import ApiClient
 
 pytestmark = pytest.mark.django_db
-
-queue_dir = lessonq_conftest.queue_dir  # the queue suite's fixture: a fresh LESSONQ_BASE_DIR and node
 
 
 def lesson(situation: str, correction: str, **kwargs: Any) -> Lesson:

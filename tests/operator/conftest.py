@@ -1,13 +1,10 @@
-"""Operator-page fixtures: the queue's job rows (triage) and staged proposals (reviews), re-exported; and a
-clean cache per test (tab counts, error groups, nav counts and dependency states are cached)."""
+"""Operator-page fixtures: a clean cache per test (tab counts, error groups, nav counts and dependency states
+are cached). Job rows and staged proposals come from tests/support/ (``jobs``, ``stage``)."""
 
 from collections.abc import Iterator
 
 import pytest
 from django.core.cache import cache
-
-from tests.review.conftest import stage  # noqa: F401
-from tests.triage.conftest import jobs, queue_dir  # noqa: F401
 
 
 @pytest.fixture(autouse=True)

@@ -25,7 +25,7 @@ from lessons.reflect.models import DocProposal
 from lessons.review import decisions
 from lessons.review.models import Proposal
 from refine.models import RefineRun
-from tests.lessonq.test_poison import record
+from tests.support.queue import record
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ import pytest
 from django.core.cache import cache
 from django.core.management import call_command
 
-from lessonboard import demo
+from console import demo
 from lessonboard.models import Workspace
 from lessonq.models import Job, JobState
 from lessonq.paths import dlq, wal

@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 import pytest
 from django.core.cache import cache
 
-from lessonboard import inbox
+from console import inbox
 from lessonboard.models import Workspace
 from lessonq.models import Job, JobState
 from lessonq.triage.models import BulkAction
@@ -18,12 +18,9 @@ from lessons.reflect.prepare import prepare_reflection
 from lessons.reflect.repository import attach_repository
 from lessons.review.models import Proposal
 from tests.factories import WorkspaceFactory
-from tests.refine.conftest import PASS_1, make_run, reply
-from tests.refine.conftest import rolled_back_run as rolled_back_run  # the fixture
-from tests.reflect.conftest import repo as repo  # the fixtures: a git repository under the only allowed root
-from tests.reflect.conftest import roots as roots
-from tests.reflect.gitrepo import GitRepo
-from tests.reflect.test_gate import HOW, new_how
+from tests.support.gitrepo import GitRepo
+from tests.support.refine import PASS_1, make_run, reply
+from tests.support.reflect import HOW, new_how
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from lessonboard import charts
+from console import charts
 from lessonboard.models import WorkerHeartbeat, Workspace
 from lessonq.models import Job, JobState
 from lessons.review import decisions

@@ -18,7 +18,7 @@ from lessons.review import decisions
 from lessons.review.models import Proposal
 from lessons.review.wording import decided_text
 from lessons.store import persist_lesson, persist_manual
-from tests.refine.conftest import make_run, reply
+from tests.support.refine import make_run, reply
 
 pytestmark = pytest.mark.django_db
 

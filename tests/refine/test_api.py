@@ -7,8 +7,8 @@ import pytest
 from refine import runs
 from refine.models import AgentRefineMode, RefineRun, RunStatus
 from refine.refiner import Refiner
-from tests.conftest import ApiClient
-from tests.refine.conftest import ORIGINAL, PASS_1, PASS_2, ScriptedLLM, reply
+from tests.support.clients import ApiClient
+from tests.support.refine import ORIGINAL, PASS_1, PASS_2, ScriptedLLM, reply
 from tests.support.wait import wait_for
 
 

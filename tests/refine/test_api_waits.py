@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from lessonboard import waiting
 from refine import api_views
 from refine.models import RefineRun
-from tests.refine.conftest import ORIGINAL
+from tests.support.refine import ORIGINAL
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +26,7 @@ def waits(monkeypatch: Any) -> list[float]:
             taken.append(timeout)
             return False
 
-    monkeypatch.setattr(api_views, "_pause", Pause())
+    monkeypatch.setattr(waiting, "sleep", Pause().wait)
     return taken
 
 

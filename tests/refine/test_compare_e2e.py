@@ -3,7 +3,7 @@
 import pytest
 
 from tests.factories import UserFactory
-from tests.refine.conftest import PASS_1, make_run, reply
+from tests.support.refine import PASS_1, make_run, reply
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 

@@ -6,11 +6,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from lessonboard.diff import side_by_side
 from lessonboard.models import AuditEvent
 from lessons.models import Lesson
-from refine.diff import side_by_side
 from refine.models import AgentRefineMode, RefineRun
-from tests.refine.conftest import ORIGINAL, PASS_1, make_run, reply
+from tests.support.refine import ORIGINAL, PASS_1, make_run, reply
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ from lessonboard.llm import TransientLLMError
 from lessonboard.models import AuditEvent
 from refine import runs
 from refine.models import AgentRefineMode, RefineMode, RefineRun, RunStatus
-from tests.refine.conftest import ORIGINAL, PASS_1, make_run, reply
+from tests.support.refine import ORIGINAL, PASS_1, make_run, reply
 
 pytestmark = pytest.mark.django_db
 
@@ -145,7 +145,7 @@ def test_it_marks_the_run_failed_when_something_other_than_the_refiner_breaks():
             raise ZeroDivisionError("a bug")
 
     from refine.refiner import Refiner
-    from tests.refine.conftest import ScriptedLLM
+    from tests.support.refine import ScriptedLLM
 
     run = RefineRun.objects.create(task="t", original_draft=ORIGINAL, agent="coder")
     with pytest.raises(ZeroDivisionError):

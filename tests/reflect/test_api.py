@@ -12,7 +12,7 @@ from lessons.reflect.engine import MANIFEST_PATH
 from lessons.reflect.models import ReflectEvent
 from lessons.reflect.repository import attach_repository
 from tests.factories import WorkspaceFactory
-from tests.reflect.gitrepo import GitRepo
+from tests.support.gitrepo import GitRepo
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from lessonboard.models import Workspace
 from lessons.reflect.engine import MANIFEST_PATH
 from lessons.reflect.repository import attach_repository
 from tests.factories import WorkspaceFactory
-from tests.reflect.gitrepo import GitRepo
+from tests.support.gitrepo import GitRepo
 from tests.support.processes import ROOT, subprocess_env
 
 BOOT = ".aioson/context/bootstrap"

@@ -16,7 +16,7 @@ from lessons.reflect.models import ReflectEvent
 from lessons.reflect.prepare import prepare_reflection
 from lessons.reflect.repository import attach_repository
 from tests.factories import WorkspaceFactory
-from tests.reflect.gitrepo import GitRepo
+from tests.support.gitrepo import GitRepo
 
 HOW = ".aioson/context/bootstrap/how-it-works.md"
 

@@ -16,7 +16,7 @@ from lessons.reflect.models import ReflectEvent, ReflectManifest, ReflectManifes
 from lessons.reflect.prepare import prepare_reflection
 from lessons.reflect.repository import RepositoryError, attach_repository, check_bootstrap_dir
 from tests.factories import WorkspaceFactory
-from tests.reflect.gitrepo import GitRepo
+from tests.support.gitrepo import GitRepo
 
 pytestmark = pytest.mark.django_db
 

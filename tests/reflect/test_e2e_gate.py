@@ -12,7 +12,7 @@ from lessons.reflect.models import DocProposal, DocProposalStatus
 from lessons.reflect.prepare import prepare_reflection
 from lessons.reflect.repository import attach_repository
 from tests.factories import UserFactory, WorkspaceFactory
-from tests.reflect.gitrepo import GitRepo
+from tests.support.gitrepo import GitRepo
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 

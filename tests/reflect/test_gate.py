@@ -14,12 +14,10 @@ from lessons.reflect.models import DocProposal, DocProposalStatus, ReflectEvent,
 from lessons.reflect.prepare import prepare_reflection
 from lessons.reflect.repository import attach_repository
 from tests.factories import WorkspaceFactory
-from tests.reflect.gitrepo import GitRepo
+from tests.support.gitrepo import GitRepo
+from tests.support.reflect import BOOT, HOW, new_how
 
 pytestmark = pytest.mark.django_db
-
-BOOT = ".aioson/context/bootstrap"
-HOW = f"{BOOT}/how-it-works.md"
 
 
 @pytest.fixture
@@ -29,10 +27,6 @@ def gated(repo: GitRepo) -> Workspace:
     ws = attach_repository(WorkspaceFactory(slug="proj"), repo_path=str(repo.path), human_gate=True)
     prepare_reflection(workspace=ws, agent="dev")
     return ws
-
-
-def new_how(repo: GitRepo, extra: str = "Users route.\n") -> str:
-    return repo.read(HOW).replace("2024-01-01T00:00:00Z", "2026-11-30T05:00:00Z") + extra
 
 
 def stage(repo: GitRepo, ws: Workspace, text: str | None = None) -> DocProposal:

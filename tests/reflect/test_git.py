@@ -8,7 +8,7 @@ import pytest
 
 from lessons.reflect.engine import Shortstat, evaluate
 from lessons.reflect.git import GitError, GitRunner
-from tests.reflect.gitrepo import GitRepo
+from tests.support.gitrepo import GitRepo
 
 
 def runner(repo: GitRepo, **kw: float) -> GitRunner:

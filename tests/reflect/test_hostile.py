@@ -24,7 +24,7 @@ from lessons.reflect.models import ReflectEvent, ReflectManifest
 from lessons.reflect.prepare import prepare_reflection
 from lessons.reflect.repository import RepositoryError, attach_repository
 from tests.factories import WorkspaceFactory
-from tests.reflect.gitrepo import GIT_ENV, GitRepo
+from tests.support.gitrepo import GIT_ENV, GitRepo
 
 pytestmark = pytest.mark.django_db
 

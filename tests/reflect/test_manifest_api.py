@@ -9,9 +9,9 @@ import pytest
 from lessonboard.models import Workspace
 from lessons.reflect.prepare import prepare_reflection
 from lessons.reflect.repository import attach_repository
-from tests.conftest import ApiClient
 from tests.factories import WorkspaceFactory
-from tests.reflect.gitrepo import GitRepo
+from tests.support.clients import ApiClient
+from tests.support.gitrepo import GitRepo
 
 pytestmark = pytest.mark.django_db
 

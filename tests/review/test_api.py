@@ -118,7 +118,7 @@ def test_it_serves_the_rendered_snapshot(api):
 
 
 def test_the_api_needs_a_full_token(agent_token):
-    from tests.conftest import ApiClient
+    from tests.support.clients import ApiClient
 
     ingest = ApiClient(agent_token("ingest-only", "ingest"))
     assert ingest.post("/api/v1/reviews", {"summary": "x", "workspace": "a"}).status_code == 403

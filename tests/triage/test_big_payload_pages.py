@@ -17,7 +17,7 @@ from lessonq.models import DETAIL_PREVIEW_CHARS, Job, JobState
 from lessons.models import Lesson
 from lessons.review.models import Proposal, ReviewRun
 from refine.models import RefineRun, RunStatus
-from tests.triage.conftest import make_job
+from tests.support.queue import make_job
 
 pytestmark = pytest.mark.django_db
 

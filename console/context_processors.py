@@ -2,9 +2,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.cache import cache
 from django.db import DatabaseError
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
+
+from console import demo, inbox
+from lessonq.models import Job
+from lessons.models import Lesson
 
 # (label, url name, permission needed or None). An entry shows only once its page exists (its URL
 # name resolves) and the user may see it, so the navigation never links to a page that is not there.
@@ -41,8 +47,6 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
             "active": request.path == url or (url != "/" and request.path.startswith(url)),
         }
         if name == "inbox":
-            from lessonboard import inbox
-
             try:
                 item["count"], item["counted"] = inbox.count_for(user), True
             except DatabaseError:  # the error page of a database outage still renders, without the count
@@ -58,15 +62,9 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
 def demo_banner() -> str:
     """ "demo" while the demo workspace exists, "empty" on an empty embedded database (a hint to load
     it), else "". Cached: every page asks."""
-    from django.conf import settings
-    from django.core.cache import cache
 
     state = cache.get("lessonboard:demo-banner")
     if state is None:
-        from lessonboard import demo
-        from lessonq.models import Job
-        from lessons.models import Lesson
-
         if demo.exists():
             state = "demo"
         elif settings.EMBEDDED_DATABASE and not Job.objects.exists() and not Lesson.objects.exists():

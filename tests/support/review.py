@@ -1,3 +1,6 @@
+"""Review fixtures every folder uses (a pytest plugin, registered in tests/conftest.py): ``stage`` runs one
+real review pass whose proposals wait for a person (``hold``)."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -23,6 +23,15 @@ from django.urls import reverse
 from django.utils import timezone
 
 from lessonboard.models import AuditEvent
+from lessonq import bulk
+from lessonq.triage import queries as triage
+from lessons.reflect.gate import ProposalNotPending, approve_doc_proposal, reject_doc_proposal
+from lessons.reflect.models import DocProposal
+from lessons.review import decisions
+from lessons.review.models import Proposal
+from lessons.review.wording import decided_text
+from lessons.usage import gaps
+from refine.models import RefineRun
 
 KINDS = ("dead", "proposal", "doc", "refine", "gap")
 OPERATE, REVIEW = "lessonboard.operate_queue", "lessonboard.review_memory"
@@ -105,8 +114,6 @@ def dismissed(user: Any) -> dict[tuple[str, str], datetime]:
 
 
 def _dead_groups() -> list[Item]:
-    from lessonq.triage import queries as triage
-
     items = []
     for group in triage.error_groups(limit=LIMIT):
         last = group.last_seen or timezone.now()
@@ -122,8 +129,6 @@ def _dead_groups() -> list[Item]:
 
 
 def _proposals() -> list[Item]:
-    from lessons.review.models import Proposal
-
     items = []
     for row in Proposal.objects.pending().select_related("workspace")[:LIMIT]:
         text = row.lesson.get("situation", "") if row.target == "lesson" else (row.content or row.old_text)
@@ -136,8 +141,6 @@ def _proposals() -> list[Item]:
 
 
 def _doc_rewrites() -> list[Item]:
-    from lessons.reflect.models import DocProposal
-
     items = []
     for doc in DocProposal.objects.pending().select_related("workspace").order_by("-created_at", "-id")[:LIMIT]:
         files = len(doc.files or [])
@@ -148,8 +151,6 @@ def _doc_rewrites() -> list[Item]:
 
 
 def _refine_runs() -> list[Item]:
-    from refine.models import RefineRun
-
     items = []
     runs = RefineRun.objects.filter(Q(rolled_back=True) | Q(low_quality=True)).order_by("-created_at", "-id")
     for run in runs[:LIMIT]:
@@ -161,8 +162,6 @@ def _refine_runs() -> list[Item]:
 
 
 def _knowledge_gaps() -> list[Item]:
-    from lessons.usage import gaps
-
     items = []
     for group in gaps.open_gap_groups()[:LIMIT]:
         agents = ", ".join(sorted(group.agents)) or "an agent"
@@ -241,9 +240,6 @@ def act(kind: str, key: str, name: str, user: Any, *, reason: str = "") -> str:
 
 
 def _act_on_group(fingerprint: str, name: str, user: Any) -> str:
-    from lessonq import bulk
-    from lessonq.triage import queries as triage
-
     flt = triage.JobFilter(tab="dead", group=fingerprint)
     preview = triage.preview(name, flt.apply(), scope="filter", sort=flt.sort)
     if not preview.run_ids:
@@ -255,9 +251,6 @@ def _act_on_group(fingerprint: str, name: str, user: Any) -> str:
 
 
 def _act_on_proposal(pk: int, name: str, user: Any, reason: str) -> str:
-    from lessons.review import decisions
-    from lessons.review.wording import decided_text
-
     try:
         row = decisions.approve(pk, user) if name == "approve" else decisions.reject(pk, user, reason=reason)
     except decisions.DecisionError as exc:
@@ -266,9 +259,6 @@ def _act_on_proposal(pk: int, name: str, user: Any, reason: str) -> str:
 
 
 def _act_on_doc(pk: int, name: str, user: Any, reason: str) -> str:
-    from lessons.reflect.gate import ProposalNotPending, approve_doc_proposal, reject_doc_proposal
-    from lessons.reflect.models import DocProposal
-
     doc = DocProposal.objects.filter(pk=pk).first()
     if doc is None:
         raise InboxError(f"Doc rewrite #{pk} does not exist.")
@@ -286,8 +276,6 @@ def _act_on_doc(pk: int, name: str, user: Any, reason: str) -> str:
 
 
 def _close_gap(retrieval_id: int, user: Any) -> str:
-    from lessons.usage import gaps
-
     group = next((g for g in gaps.open_gap_groups() if retrieval_id in g.ids), None)
     if group is None:
         raise InboxError("This gap is already closed, or a lesson now covers it.")

@@ -9,7 +9,7 @@ protocol: JSON-RPC, the tool schemas it derives from the signatures below, argum
 tool-error shape.
 
 Transport: Streamable HTTP in stateless, JSON-response mode, served by Django at ``/mcp`` (see
-``lessonboard.mcp.views``): every POST carries one JSON-RPC message and gets its answer in the response
+``console.mcp.views``): every POST carries one JSON-RPC message and gets its answer in the response
 body, so any gunicorn worker can answer it and nothing is kept between requests.
 """
 
@@ -26,6 +26,9 @@ from pydantic import Field
 
 from lessonboard.api import ApiError, call_view, workspace_for
 from lessonboard.models import AgentToken, TokenScope
+from lessons.review.api_views import outcome_payload, workspace_slug
+from lessons.review.proposals import InvalidProposal, parse_proposal
+from lessons.review.staging import run_review
 
 # The token the current /mcp request authenticated with; set by the view around each request.
 current_token: contextvars.ContextVar[AgentToken | None] = contextvars.ContextVar("mcp_token", default=None)
@@ -175,13 +178,9 @@ async def propose_memory(
 
 @sync_to_async
 def _propose(raw: dict[str, Any], slug: str, agent: str) -> dict[str, Any]:
-    from lessons.review.api_views import _workspace_slug, outcome_payload
-    from lessons.review.proposals import InvalidProposal, parse_proposal
-    from lessons.review.staging import run_review
-
     token = _token(TokenScope.FULL)
     try:
-        slug = _workspace_slug(slug)
+        slug = workspace_slug(slug)
         proposal = parse_proposal({k: v for k, v in raw.items() if v is not None})
         # As ``POST /api/v1/reviews`` does: a bound token names only its own workspaces, and an unknown
         # workspace is created only for a token that may create one.

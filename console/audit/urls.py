@@ -1,6 +1,6 @@
 from django.urls import path
 
-from lessonboard.audit import views as audit
+from console.audit import views as audit
 
 app_name = "audit"
 

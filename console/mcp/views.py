@@ -1,4 +1,4 @@
-"""``/mcp``: the MCP server (``lessonboard.mcp.tools``) behind Django, over Streamable HTTP.
+"""``/mcp``: the MCP server (``console.mcp.tools``) behind Django, over Streamable HTTP.
 
 The SDK's transport is an ASGI app; the web stack is WSGI (gunicorn). Each request is stateless (one
 JSON-RPC message in, its JSON answer out), so the bridge is small: authenticate the bearer token the way
@@ -19,8 +19,8 @@ from django.views.decorators.csrf import csrf_exempt
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from console.mcp.tools import current_token, server
 from lessonboard.api import ApiError, bearer_token
-from lessonboard.mcp.tools import current_token, server
 from lessonboard.models import TokenScope
 
 # Django already checks the Host header (ALLOWED_HOSTS) and a bearer token is required: there is no

@@ -1,4 +1,4 @@
-"""``python3 lb.py manage demo`` seeds the demo workspace; ``--remove`` deletes it (see lessonboard/demo.py)."""
+"""``python3 lb.py manage demo`` seeds the demo workspace; ``--remove`` deletes it (see console/demo.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from lessonboard import demo
+from console import demo
 
 
 class Command(BaseCommand):

@@ -6,9 +6,9 @@ What it makes: six Reflexion triggers accepted by the queue's ingest path, of wh
 lessons are written by the lesson store, one edited into a second version), one waits to retry and two
 die (two error groups in the DLQ); three memory proposals held for a person by the review pass; a refine
 run whose second pass drifts and is rolled back; a doc rewrite held by the workspace's human gate, made
-by doc reflection's prepare and commit over a small git repository the demo creates in the data directory
-(``<data dir>/demo/handbook``, an allowed workspace root while it exists). The LLM answers are canned (the
-demo needs no LLM).
+by doc reflection's prepare and commit over a small git repository the demo creates
+(``handbook`` under ``DEMO_REPOSITORY_ROOT``, by default ``<data dir>/demo``: an allowed workspace root
+while it exists). The LLM answers are canned (the demo needs no LLM).
 """
 
 from __future__ import annotations
@@ -25,6 +25,22 @@ from django.db import transaction
 
 from lessonboard.llm import ChatResult
 from lessonboard.models import Workspace
+from lessonq import ingest, processing
+from lessonq.generation import GeneratedLesson
+from lessonq.models import Job, JobAttempt
+from lessonq.paths import dlq, wal
+from lessons.models import Lesson
+from lessons.reflect.commit import commit_reflection
+from lessons.reflect.models import DocProposal
+from lessons.reflect.prepare import prepare_reflection
+from lessons.reflect.repository import attach_repository
+from lessons.review.learning import Verdict
+from lessons.review.models import Proposal, ReviewRun
+from lessons.review.staging import run_review
+from lessons.store import edit_lesson
+from refine import runs
+from refine.models import RefineRun
+from refine.refiner import Refiner
 
 SLUG = "demo"
 NAME = "Demo workspace (sample data: remove with `python3 lb.py manage demo --remove`)"
@@ -43,8 +59,9 @@ class Seeded:
 
 
 def repository_root() -> Path:
-    """Where the demo's git repository lives; ``lessons.reflect.repository`` allows it while it exists."""
-    return settings.DATA_DIR / "demo"
+    """Where the demo's git repository lives (``DEMO_REPOSITORY_ROOT``); ``lessons.reflect.repository``
+    allows it while it exists."""
+    return Path(settings.DEMO_REPOSITORY_ROOT)
 
 
 def exists() -> bool:
@@ -130,14 +147,6 @@ def seed() -> Seeded:
 
 
 def _seed_queue(workspace: Workspace, result: Seeded) -> None:
-    from django.conf import settings
-
-    from lessonq import ingest, processing
-    from lessonq.generation import GeneratedLesson
-    from lessonq.models import Job, JobAttempt
-    from lessons.models import Lesson
-    from lessons.store import edit_lesson
-
     for task, outcome, trigger, fate in TRIGGERS:
         request = ingest.LessonRequest(task=task, attempt="(the agent's output)", outcome=outcome, trigger=trigger)
         ingest.enqueue(request, agent=AGENT, workspace=workspace)
@@ -168,9 +177,6 @@ def _seed_queue(workspace: Workspace, result: Seeded) -> None:
 
 
 def _seed_reviews(workspace: Workspace, result: Seeded) -> None:
-    from lessons.review.learning import Verdict
-    from lessons.review.staging import run_review
-
     def hold(proposal: Any) -> Verdict:
         return Verdict("hold", "demo: waits for a person", gate="human", auto_approve=proposal.score >= 0.7)
 
@@ -182,10 +188,6 @@ def _seed_reviews(workspace: Workspace, result: Seeded) -> None:
 
 
 def _seed_refine(result: Seeded) -> None:
-    from refine import runs
-    from refine.models import RefineRun
-    from refine.refiner import Refiner
-
     run = RefineRun.objects.create(
         task="[demo] explain how to deploy", original_draft=REFINE_DRAFT, agent=AGENT, max_passes=2
     )
@@ -225,9 +227,6 @@ def _handbook_doc(name: str, extra: str = "", generated_at: str = "2026-01-05T09
 def _seed_doc_rewrite(workspace: Workspace, result: Seeded) -> None:
     """A git repository with AIOSON bootstrap docs and a new route, attached with the human gate on; the
     agent's rewrite of how-it-works.md goes through prepare and commit and waits for a reviewer."""
-    from lessons.reflect.commit import commit_reflection
-    from lessons.reflect.prepare import prepare_reflection
-    from lessons.reflect.repository import attach_repository
 
     if shutil.which("git") is None:
         result.skipped.append("doc rewrite (git is not installed)")
@@ -265,19 +264,13 @@ class Removed:
 
 def remove() -> Removed:
     """Delete everything the demo made (its queue files too); the audit log keeps its record of it."""
-    from lessonq.models import Job
-    from lessonq.paths import dlq, wal
-    from lessons.models import Lesson
-    from lessons.reflect.models import DocProposal
-    from lessons.review.models import Proposal, ReviewRun
-    from refine.models import RefineRun
 
     done = Removed()
     workspace = Workspace.objects.filter(slug=SLUG).first()
-    runs = RefineRun.objects.filter(agent=AGENT, task__startswith="[demo]")
+    demo_runs = RefineRun.objects.filter(agent=AGENT, task__startswith="[demo]")
     if workspace is None:
-        done.refine_runs = runs.count()
-        runs.delete()
+        done.refine_runs = demo_runs.count()
+        demo_runs.delete()
         return done
     with transaction.atomic():
         jobs = Job.objects.filter(workspace=workspace)
@@ -292,8 +285,13 @@ def remove() -> Removed:
         done.proposals = Proposal.objects.filter(workspace=workspace).count()
         done.doc_rewrites = DocProposal.objects.filter(workspace=workspace).count()
         ReviewRun.objects.filter(workspace=workspace).delete()
-        done.refine_runs = runs.count()
-        runs.delete()
+        done.refine_runs = demo_runs.count()
+        demo_runs.delete()
         workspace.delete()
-    shutil.rmtree(repository_root(), ignore_errors=True)
+    # Only what the demo made: the root is a setting and may hold other things.
+    shutil.rmtree(repository_root() / "handbook", ignore_errors=True)
+    try:
+        repository_root().rmdir()
+    except OSError:  # not there, or not empty
+        pass
     return done

@@ -18,6 +18,11 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
+from lessonq.models import Job, JobAttempt, JobState
+from lessonq.triage import queries as triage
+from lessons.models import Lesson
+from lessons.review.models import Decision, Proposal
+
 WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
 WIDTH, HEIGHT, PAD_LEFT, PAD_BOTTOM, PAD_TOP = 360, 120, 30, 18, 8
 DEPTH_SAMPLES = 24  # points of the queue-depth line, whatever the window
@@ -118,7 +123,6 @@ def line_chart(title: str, css: str, values: list[int], samples: list[datetime])
 def queue_depth(samples: list[datetime]) -> list[int]:
     """Jobs waiting or running at each sample time, rebuilt from enqueue and finish times in one query
     (the queue keeps no depth history of its own)."""
-    from lessonq.models import Job
 
     waiting = {
         f"d{i}": Count("pk", filter=Q(enqueued_at__lte=t) & (Q(finished_at__isnull=True) | Q(finished_at__gt=t)))
@@ -153,11 +157,6 @@ def collect(window: str = "24h", *, now: datetime | None = None) -> Charts:
 
 
 def _collect(window: str, now: datetime) -> Charts:
-    from lessonq.models import Job, JobAttempt, JobState
-    from lessonq.triage import queries as triage
-    from lessons.models import Lesson
-    from lessons.review.models import Decision, Proposal
-
     buckets = _buckets(WINDOWS[window], now)
     people = [Decision.APPROVED, Decision.EDITED, Decision.REJECTED]
     series: Iterable[tuple[str, str, QuerySet[Any], str]] = [

@@ -1,3 +1,7 @@
+"""Doc-reflection fixtures every folder uses (a pytest plugin, registered in tests/conftest.py): the only
+allowed workspace root (``roots``) and a seeded repository under it (``repo``); ``HOW`` and ``new_how``
+name and rewrite its how-it-works document."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -5,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.reflect.gitrepo import GitRepo
+from tests.support.gitrepo import GitRepo
 
 
 @pytest.fixture
@@ -25,3 +29,11 @@ def repo(roots: Path) -> GitRepo:
     r.write("README.md", "hello\n")
     r.commit("seed")
     return r
+
+
+BOOT = ".aioson/context/bootstrap"
+HOW = f"{BOOT}/how-it-works.md"
+
+
+def new_how(repo: GitRepo, extra: str = "Users route.\n") -> str:
+    return repo.read(HOW).replace("2024-01-01T00:00:00Z", "2026-11-30T05:00:00Z") + extra

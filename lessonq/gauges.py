@@ -1,0 +1,28 @@
+"""The queue's three gauges (docs/compat/chatcli.md#metrics), computed at scrape time from this node's
+WAL/DLQ directories and the database, so they are right across processes (unlike chatcli, whose WAL and
+DLQ share one gauge). Registered with the project's ``/metrics`` by ``lessonq.apps``; kept apart from the
+counters in ``lessonq.metrics`` because it reads the models and the WAL, which count."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from lessonq.models import Job
+from lessonq.paths import dlq, wal
+
+
+class QueueGaugeCollector(Collector):
+    """``queue_depth`` (this node's pending/retry_wait jobs), ``dlq_size`` and ``wal_segments`` (file counts)."""
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            depth = Job.objects.for_this_node().waiting().count()
+        except Exception:  # the database is down: report the WAL, not an error page
+            depth = wal().count()
+        yield GaugeMetricFamily("chatcli_lessonq_queue_depth", "Queued lesson jobs (excludes in-flight).", value=depth)
+        yield GaugeMetricFamily("chatcli_lessonq_dlq_size", "Records in the dead-letter queue.", value=dlq().count())
+        yield GaugeMetricFamily("chatcli_lessonq_wal_segments", "Records in the active WAL.", value=wal().count())
