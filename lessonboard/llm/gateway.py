@@ -8,7 +8,7 @@ The client never retries by itself (``max_retries=0``): the callers' queues own 
 record every attempt.
 
 Errors that say the endpoint is down for everyone (connection errors, timeouts, 5xx) are ``outage``
-errors: they feed the shared circuit breaker (``lessonboard.breaker``). While it is open, calls fail at
+errors: they feed the shared circuit breaker (``lessonboard.llm.breaker``). While it is open, calls fail at
 once with ``LLMUnreachable`` and callers wait instead of spending attempts (docs/operations.md#llm-outage).
 """
 
@@ -86,7 +86,7 @@ def unavailable_reason() -> str:
     """Why work that needs the LLM must wait now ("" when it may run): none configured, or an outage."""
     if not is_configured():
         return status_text()
-    from lessonboard import breaker
+    from lessonboard.llm import breaker
 
     outage = breaker.outage()
     return outage.text if outage is not None else ""
@@ -95,7 +95,7 @@ def unavailable_reason() -> str:
 def _guarded(call: Callable[[], T], *, probe: bool = False) -> T:
     """Run one provider call through the breaker: refuse it while the breaker is open (unless it is the
     probe), count outage errors, and reset the count on any answer."""
-    from lessonboard import breaker
+    from lessonboard.llm import breaker
 
     if not probe:
         outage = breaker.outage()
