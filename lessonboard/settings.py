@@ -381,6 +381,8 @@ REFINE_API_WAIT = env.duration("LESSONBOARD_REFINE_API_WAIT", 5.0, minimum=0.0)
 REFINE_MODEL = env.text("LESSONBOARD_REFINE_MODEL", "")
 # The whole pass loop's time budget, as chatcli's 30 s per-hook timeout: no pass starts after it; 0 = none.
 REFINE_LOOP_TIMEOUT = env.duration("LESSONBOARD_REFINE_LOOP_TIMEOUT", 30.0, minimum=0)
+# A rewrite below this similarity to the original is rolled back and the run flagged low quality (0 = off).
+REFINE_SIMILARITY_FLOOR = env.number("LESSONBOARD_REFINE_SIMILARITY_FLOOR", 0.2, minimum=0.0, maximum=1.0)
 REFINE_PROPOSAL_WORKSPACE = env.text("LESSONBOARD_REFINE_PROPOSAL_WORKSPACE", "refine")
 # A run that ends low-quality queues its own low_quality Reflexion job when the queue and its low_quality
 # trigger are on (LESSONQ_ENABLED, LESSONQ_ON_LOW_QUALITY); false leaves that to the agent, as chatcli does.
