@@ -52,13 +52,14 @@ class Outcome:
     kind: str  # success | skipped | transient | permanent
     error: str = ""
     lesson: generation.GeneratedLesson | None = None
+    reply: str = ""  # the model's reply the parser refused (kept on the attempt for the dead-job page)
 
 
 def classify(exc: BaseException) -> Outcome:
     """docs/compat/chatcli.md#error-classes plus the gateway's classes: parser errors and permanent provider errors → permanent; timeouts,
     network, 429/5xx, garbled bodies → transient; anything unexpected → permanent (chatcli's panic rule)."""
     if isinstance(exc, generation.LessonParseError):
-        return Outcome("permanent", str(exc))
+        return Outcome("permanent", str(exc), reply=exc.reply)
     if isinstance(exc, llm.TransientLLMError):
         return Outcome("transient", exc.message)
     if isinstance(exc, llm.PermanentLLMError):
@@ -229,7 +230,7 @@ def run_attempt(job: Job, attempt: JobAttempt | None = None) -> str:
     elif outcome.kind == "transient":
         retry_or_dead(job, attempt, outcome.error)
     elif outcome.kind == "permanent":
-        finish_dead(job, outcome.error, attempt=attempt)
+        finish_dead(job, outcome.error, attempt=attempt, reply=outcome.reply)
     duration = time.monotonic() - clock
     metrics.ATTEMPTS.labels(outcome=outcome.kind).inc()
     metrics.PROCESSING_DURATION.labels(outcome=outcome.kind).observe(duration)
@@ -396,8 +397,10 @@ def finish_dead(
     *,
     attempt: JobAttempt | None = None,
     attempt_outcome: str = AttemptOutcome.PERMANENT,
+    reply: str = "",
 ) -> None:
-    """DLQ put (idempotent: an existing DLQ record is kept, as chatcli) → row dead → unlink WAL."""
+    """DLQ put (idempotent: an existing DLQ record is kept, as chatcli) → row dead → unlink WAL.
+    ``reply``: the model's reply that failed to parse, kept (bounded) on the attempt row."""
     with transaction.atomic():
         ensure_ours(job)
         record = _record_of(job)
@@ -405,7 +408,7 @@ def finish_dead(
         faults.point("dead.after_dlq")
         job.mark_dead(error)
         if attempt is not None:
-            attempt.finish(attempt_outcome, error)
+            attempt.finish(attempt_outcome, error, reply=reply)
     faults.point("dead.after_row")
     wal().ack(job.id)
 

@@ -136,6 +136,20 @@ def test_it_sends_unparseable_output_to_the_dlq_at_once(queue_dir: Path, fake_op
     assert dlq().exists(job_id) and not wal().exists(job_id)
 
 
+def test_the_dead_job_page_shows_the_reply_that_failed_bounded_and_escaped(
+    queue_dir: Path, fake_openai: Any, client_as: Any, carol: Any
+) -> None:
+    reply = "Here is what I think: <script>alert(1)</script> " + "x" * 5000
+    fake_openai.script(Reply(text=reply))
+    job_id = accepted()
+    assert processing.process(job_id) == "permanent"
+    [attempt] = Job.objects.get(pk=job_id).attempt_rows.all()
+    assert attempt.reply == reply[: attempt.REPLY_CHARS]
+    page = client_as(carol).get(f"/queue/jobs/{job_id}/").content.decode()
+    assert "Here is what I think: &lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page
+    assert f"first {attempt.REPLY_CHARS} characters" in page and "x" * 5000 not in page
+
+
 def test_it_treats_a_permanent_provider_error_as_permanent(queue_dir: Path, fake_openai: Any) -> None:
     fake_openai.script(Reply(status=401, error_message="bad key"))
     job_id = accepted()
