@@ -320,6 +320,12 @@ CELERY_BEAT_SCHEDULE["llm-breaker-probe"] = {
     "task": "lessonboard.tasks.probe_llm",
     "schedule": LLM_BREAKER_PROBE_INTERVAL,
 }
+# --- LLM rate limits (docs/operations.md#llm-rate-limit) --------------------------------------------------
+# A 429 (or a 503 naming Retry-After) pauses every call to the endpoint, from every process, for the wait
+# the provider names (Retry-After, retry-after-ms, x-ratelimit-reset-*), or, when it names none, for this
+# backoff doubled per consecutive rate-limit answer; either is capped by the maximum pause.
+LLM_RATE_LIMIT_BACKOFF = env.duration("LESSONBOARD_LLM_RATE_LIMIT_BACKOFF", 1.0, minimum=0.01)
+LLM_RATE_LIMIT_MAX_PAUSE = env.duration("LESSONBOARD_LLM_RATE_LIMIT_MAX_PAUSE", 300.0, minimum=0.01)
 
 # --- web under load (docs/operations.md#web-under-load) ---------------------------------------------------
 # gunicorn runs gthread workers with LESSONBOARD_WEB_THREADS threads each (read by lessonboard/gunicorn_conf.py).

@@ -9,6 +9,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from lessonboard import breaker, charts, dependencies, health, inbox, llm, overview
+from lessonboard.llm import ratelimit
 from lessonboard.models import AuditEvent, WorkerHeartbeat
 from lessonboard.permissions import needs_role, require_perm, view_required
 from lessonboard.roles import roles_of
@@ -22,6 +23,7 @@ def _overview_context(request: HttpRequest) -> dict[str, object]:
         "llm_configured": llm.is_configured(),
         "llm_status": llm.status_text(),
         "llm_outage": breaker.outage(),
+        "llm_pause": ratelimit.current(),
         "can_operate": request.user.has_perm("lessonboard.operate_queue"),
     }
 

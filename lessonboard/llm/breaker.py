@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from lessonboard.metrics import LLM_BREAKER_RECOVERIES, LLM_BREAKER_TRIPS
@@ -70,6 +70,14 @@ def outage() -> Outage | None:
         return None
     if row is None:
         return None
+    return _outage_of(row)
+
+
+def is_open() -> bool:
+    return outage() is not None
+
+
+def _outage_of(row: LLMBreaker) -> Outage:
     return Outage(
         since=row.opened_at or row.last_error_at or timezone.now(),
         last_error=row.last_error,
@@ -79,8 +87,17 @@ def outage() -> Outage | None:
     )
 
 
-def is_open() -> bool:
-    return outage() is not None
+def gate() -> LLMBreaker | None:
+    """The endpoint's row when a call may have to wait (the breaker open, or a rate limit on), else
+    ``None``: the gateway's one read before every call (no row matches on the healthy path)."""
+    key = endpoint()
+    if not key:
+        return None
+    try:
+        return LLMBreaker.objects.filter(pk=key).filter(Q(state__in=OPEN_STATES) | Q(rate_limits__gt=0)).first()
+    except Exception as exc:  # database down or not reachable from here: the breaker counts as closed
+        log.debug("llm breaker: cannot read state: %s", exc)
+        return None
 
 
 def record_failure(message: str, *, now: datetime | None = None) -> bool:
@@ -144,15 +161,18 @@ def record_success(*, now: datetime | None = None) -> bool:
 
 
 # Every successful LLM call records its success, so the healthy path is one statement that matches no
-# row (closed, no failures counted) and writes nothing; the ``closed_at`` it returns tells whether this
-# call is the one that closed the breaker.
+# row (closed, no failures counted, no rate limit on) and writes nothing; the ``closed_at`` it returns
+# tells whether this call is the one that closed the breaker. An answer also lifts a rate limit.
 RESET_SQL = """
 UPDATE lessonboard_llmbreaker SET
   failures = 0,
   state = %(closed)s,
   probe_at = CASE WHEN state = ANY(%(open)s) THEN NULL ELSE probe_at END,
-  closed_at = CASE WHEN state = ANY(%(open)s) THEN %(now)s ELSE closed_at END
-WHERE endpoint = %(key)s AND (state = ANY(%(open)s) OR failures > 0)
+  closed_at = CASE WHEN state = ANY(%(open)s) THEN %(now)s ELSE closed_at END,
+  rate_limits = 0,
+  paused_until = NULL,
+  rate_limited_since = NULL
+WHERE endpoint = %(key)s AND (state = ANY(%(open)s) OR failures > 0 OR rate_limits > 0)
 RETURNING closed_at = %(now)s
 """
 
@@ -188,6 +208,11 @@ def probe(*, now: datetime | None = None) -> str:
         return "open" if is_open() else "closed"
     try:
         llm.ping(timeout=settings.LLM_BREAKER_PROBE_TIMEOUT)
+    except llm.LLMRateLimited as exc:
+        # Reachable, but a rate limit is no answer: the breaker stays open until a probe is answered.
+        LLMBreaker.objects.filter(pk=key, state=BreakerState.HALF_OPEN).update(state=BreakerState.OPEN)
+        log.info("llm breaker: probe rate-limited, still open: %s", exc.message)
+        return "open"
     except llm.LLMError as exc:
         if exc.outage:
             LLMBreaker.objects.filter(pk=key, state=BreakerState.HALF_OPEN).update(state=BreakerState.OPEN)

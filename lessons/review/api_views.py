@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from django.conf import settings
@@ -10,6 +11,7 @@ from pydantic import Field
 
 from lessonboard import breaker
 from lessonboard.api import ApiError, Described, api_view, check_workspace, json_body, workspace_for
+from lessonboard.llm import ratelimit
 from lessonboard.models import TokenScope, Workspace
 from lessonboard.schemas import (
     AgentName,
@@ -105,9 +107,22 @@ def reviews(request: HttpRequest) -> JsonResponse:
         response = JsonResponse({"error": outage.text, "workspace": slug}, status=503)
         response["Retry-After"] = str(max(int(settings.LLM_BREAKER_PROBE_INTERVAL), 1))
         return response
+    pause = ratelimit.current()
+    if pause is not None:
+        # The provider's rate limit pauses every call (docs/operations.md#llm-rate-limit): nothing was tried.
+        response = JsonResponse({"error": pause.text, "workspace": slug}, status=503)
+        response["Retry-After"] = str(max(math.ceil(pause.seconds()), 1))
+        return response
     result = run_review(workspace, summary, agent=agent, token=request.agent_token)  # type: ignore[attr-defined]
     rows = list(result.run.proposals.order_by("position"))
     body: dict[str, Any] = {"run": result.run.pk, "workspace": slug, **outcome_payload(rows)}
+    pause = ratelimit.current() if result.error is not None else None
+    if pause is not None:
+        # The proposer met a rate limit: not the caller's fault, and worth trying again after the pause.
+        body.update(error=result.error.message, stage=result.error.stage)  # type: ignore[union-attr]
+        response = JsonResponse(body, status=503)
+        response["Retry-After"] = str(max(math.ceil(pause.seconds()), 1))
+        return response
     if result.error is not None:
         # The model (or gate) failed, not the caller: 502, with what was applied before the failure.
         body.update(error=result.error.message, stage=result.error.stage)
