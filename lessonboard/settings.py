@@ -309,6 +309,12 @@ LLM_MODEL = env.text("LESSONBOARD_LLM_MODEL")
 LLM_TIMEOUT = env.duration("LESSONBOARD_LLM_TIMEOUT", 60.0, minimum=0.001)
 LLM_MAX_TOKENS = env.integer("LESSONBOARD_LLM_MAX_TOKENS", 1024, minimum=1)
 LLM_TEMPERATURE = env.number("LESSONBOARD_LLM_TEMPERATURE", 0.2, minimum=0.0, maximum=2.0)
+# Chat calls in flight at once per node, per provider and model, across all its processes
+# (lessonboard/llm/limiter.py); "model=N" items give a model its own number.
+LLM_CONCURRENCY = env.integer("LESSONBOARD_LLM_CONCURRENCY", 16, minimum=1)
+LLM_CONCURRENCY_BY_MODEL = env.items("LESSONBOARD_LLM_CONCURRENCY_BY_MODEL", (), lower=False)
+# How long a worker's call waits for a free slot before it fails (transient); web requests never wait.
+LLM_SLOT_WAIT = env.duration("LESSONBOARD_LLM_SLOT_WAIT", 60.0, minimum=0.0)
 
 # --- LLM breaker (docs/operations.md#llm-outage) ----------------------------------------------------------
 # Consecutive outage errors (connection errors, timeouts, 5xx) that open the breaker; while it is open,

@@ -74,6 +74,11 @@ class LLMRateLimited(TransientLLMError):
         self.paused = paused
 
 
+class LLMSaturated(TransientLLMError):
+    """Every one of the node's call slots for the model is taken (``lessonboard.llm.limiter``) and the
+    caller could wait no longer (a web request does not wait at all): the call was not made."""
+
+
 @dataclass(frozen=True)
 class ChatResult:
     text: str
@@ -152,7 +157,7 @@ def _guarded(call: Callable[[], T], *, probe: bool = False) -> T:
     except LLMError as exc:
         if exc.outage:
             breaker.record_failure(exc.message)
-        elif not isinstance(exc, LLMNotConfigured):
+        elif not isinstance(exc, LLMNotConfigured | LLMSaturated):
             breaker.record_success()  # the endpoint answered (a 400, a garbled body): it is reachable
         raise
     breaker.record_success()
@@ -188,13 +193,16 @@ def chat(
     chosen = model
 
     def create() -> Any:
+        from lessonboard.llm import limiter
+
         try:
-            return api.chat.completions.create(
-                model=chosen,
-                messages=messages,  # type: ignore[arg-type]
-                max_tokens=max_tokens or settings.LLM_MAX_TOKENS,
-                temperature=settings.LLM_TEMPERATURE if temperature is None else temperature,
-            )
+            with limiter.slot(chosen):  # one of the node's LLM_CONCURRENCY slots for the call's length
+                return api.chat.completions.create(
+                    model=chosen,
+                    messages=messages,  # type: ignore[arg-type]
+                    max_tokens=max_tokens or settings.LLM_MAX_TOKENS,
+                    temperature=settings.LLM_TEMPERATURE if temperature is None else temperature,
+                )
         except openai.OpenAIError as exc:
             raise classify(exc) from exc
         except ValueError as exc:  # the client decodes the body itself: a garbled one surfaces as ValueError

@@ -225,7 +225,12 @@ class FakeOpenAIServer:
             self._httpd.shutdown()
             self._httpd.server_close()
 
+    def release(self) -> None:
+        """Let every delayed answer (``delay``, ``latency``) go at once, now and until ``reset``."""
+        self._released.set()
+
     def reset(self) -> None:
+        self._released.clear()
         with self._lock:
             self._script.clear()
             self._embed_script.clear()

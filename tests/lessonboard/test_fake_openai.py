@@ -86,7 +86,7 @@ def test_latency_holds_calls_in_flight_and_is_counted(server):
     for thread in threads:
         thread.start()
     wait_for(lambda: server.in_flight == 3, timeout=10, what="three calls in flight")
-    server._released.set()
+    server.release()
     for thread in threads:
         thread.join(10)
     assert results == ["ok"] * 3 and server.max_in_flight == 3 and server.in_flight == 0
