@@ -294,6 +294,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 }
 # The queues every node's worker consumes; `serve` and the docs build the -Q list from this.
 WORKER_QUEUES = ["default", "embed", "llm", f"lessonq.{NODE_NAME}"]
+# LLM-bound work (lesson jobs on lessonq.<node>, refine runs on llm) gets I/O slots of its own: `serve` starts
+# a second Celery worker with this many threads (--pool threads) on LLM_WORKER_QUEUES, and the prefork
+# worker keeps the rest (embedding, bulk actions, …) on its LESSONBOARD_WORKER_CONCURRENCY processes.
+# 0: one prefork worker on every queue, as before (docs/operations.md#llm-worker).
+LLM_WORKER_THREADS = env.integer("LESSONBOARD_LLM_WORKER_THREADS", 16, minimum=0)
+LLM_WORKER_QUEUES = ["llm", f"lessonq.{NODE_NAME}"]
 
 # --- metrics -------------------------------------------------------------------------------------------
 # prometheus_client reads this variable at import time, so it is set here, before any app imports it.
