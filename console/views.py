@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from console import charts, inbox, quality
 from lessonboard import breaker, dependencies, llm, overview
+from lessonboard.llm import ratelimit
 from lessonboard.models import AuditEvent, WorkerHeartbeat
 from lessonboard.permissions import needs_role, require_perm, view_required
 from lessonboard.tasks import heartbeat
@@ -21,6 +22,7 @@ def _overview_context(request: HttpRequest) -> dict[str, object]:
         "llm_configured": llm.is_configured(),
         "llm_status": llm.status_text(),
         "llm_outage": breaker.outage(),
+        "llm_pause": ratelimit.current(),
         "can_operate": request.user.has_perm("lessonboard.operate_queue"),
     }
 

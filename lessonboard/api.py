@@ -61,6 +61,8 @@ class Described:
     path: dict[str, dict[str, Any]] = field(default_factory=dict)
     # OpenAPI links by status: how an answer feeds the next call (a fuzzer's stateful phase follows them).
     links: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # What an error status means for this endpoint, where it says more than the common text.
+    error_text: dict[int, str] = field(default_factory=dict)
 
 
 def api_view(

@@ -80,10 +80,14 @@ def check_children() -> tuple[bool, str]:
 def check_llm() -> tuple[bool, str]:
     """Advisory: an unreachable LLM degrades lessonboard (that work waits) but it stays ready."""
     from lessonboard import breaker, llm
+    from lessonboard.llm import ratelimit
 
     outage = breaker.outage()
     if outage is not None:
         return False, f"degraded: {outage.text} ({outage.failures} consecutive failures; work that needs it waits)"
+    pause = ratelimit.current()
+    if pause is not None:
+        return False, f"degraded: {pause.text} (calls resume in {pause.seconds():.0f} s; work that needs it waits)"
     return True, llm.status_text()
 
 

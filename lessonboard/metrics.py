@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest, multiprocess
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.platform_collector import PlatformCollector
@@ -23,6 +23,17 @@ from prometheus_client.registry import Collector
 WORKER_HEARTBEATS = Counter("lessonboard_worker_heartbeats_total", "Heartbeat tasks run by Celery workers.", ["node"])
 LLM_BREAKER_TRIPS = Counter("lessonboard_llm_breaker_trips_total", "Times the LLM breaker opened (an outage began).")
 LLM_BREAKER_RECOVERIES = Counter("lessonboard_llm_breaker_recoveries_total", "Times the LLM breaker closed again.")
+LLM_CALLS_IN_FLIGHT = Gauge(
+    "lessonboard_llm_calls_in_flight",
+    "LLM chat calls holding one of the node's slots now (LESSONBOARD_LLM_CONCURRENCY bounds them).",
+    multiprocess_mode="livesum",
+)
+LLM_SATURATED = Counter(
+    "lessonboard_llm_saturated_total", "LLM calls refused or given up because every slot of the node was in use."
+)
+LLM_RATE_LIMITS = Counter(
+    "lessonboard_llm_rate_limits_total", "Rate-limit answers from the LLM (429, or 503 with Retry-After)."
+)
 
 # Collectors whose values are computed at scrape time (e.g. gauges read from the WAL and the database,
 # which a per-process gauge cannot get right across processes). Apps append from AppConfig.ready().
@@ -49,6 +60,20 @@ class LLMBreakerCollector(Collector):
             "lessonboard_llm_unreachable_seconds",
             "How long the LLM has been unreachable (0 when reachable).",
             value=seconds,
+        )
+        from lessonboard.llm import ratelimit
+
+        now = timezone.now()
+        pause = ratelimit.current(now=now)
+        yield GaugeMetricFamily(
+            "lessonboard_llm_rate_limited",
+            "1 while the LLM's rate limit pauses every call (work that needs it waits).",
+            value=int(pause is not None),
+        )
+        yield GaugeMetricFamily(
+            "lessonboard_llm_rate_limited_seconds",
+            "How long the LLM has been rate-limiting without an answer in between (0 when not).",
+            value=(now - pause.since).total_seconds() if pause is not None else 0.0,
         )
 
 

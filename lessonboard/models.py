@@ -285,6 +285,13 @@ class LLMBreaker(models.Model):
     probes = models.PositiveIntegerField(default=0, help_text="probes since the breaker opened")
     trips = models.PositiveIntegerField(default=0, help_text="times the breaker opened")
     closed_at = models.DateTimeField(null=True, blank=True, help_text="last recovery")
+    # The provider's rate limit (lessonboard.llm.ratelimit): while ``paused_until`` is ahead no call is
+    # made; ``rate_limits`` counts consecutive 429s (the backoff when none names a wait), reset by an answer.
+    paused_until = models.DateTimeField(null=True, blank=True, help_text="no call before this (rate limit)")
+    rate_limits = models.PositiveIntegerField(default=0, db_default=0, help_text="consecutive rate-limit answers")
+    rate_limit_hits = models.PositiveIntegerField(default=0, db_default=0, help_text="rate-limit answers in all")
+    rate_limited_since = models.DateTimeField(null=True, blank=True)
+    last_rate_limit = models.TextField(blank=True, default="", db_default="")
 
     class Meta:
         constraints = [

@@ -169,7 +169,7 @@ def _operation(
     for status in described.errors:
         errors.setdefault(status, STATUS_TEXT.get(status, "Error"))
     for status, text in sorted(errors.items()):
-        responses.setdefault(str(status), _json(refs[ErrorBody], text))
+        responses.setdefault(str(status), _json(refs[ErrorBody], described.error_text.get(status, text)))
     responses["401"]["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}
     operation["responses"] = dict(sorted(responses.items()))
     return operation

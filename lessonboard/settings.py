@@ -295,6 +295,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 }
 # The queues every node's worker consumes; `serve` and the docs build the -Q list from this.
 WORKER_QUEUES = ["default", "embed", "llm", f"lessonq.{NODE_NAME}"]
+# LLM-bound work (lesson jobs on lessonq.<node>, refine runs on llm) gets I/O slots of its own: `serve` starts
+# a second Celery worker with this many threads (--pool threads) on LLM_WORKER_QUEUES, and the prefork
+# worker keeps the rest (embedding, bulk actions, …) on its LESSONBOARD_WORKER_CONCURRENCY processes.
+# 0: one prefork worker on every queue, as before (docs/operations.md#llm-worker).
+LLM_WORKER_THREADS = env.integer("LESSONBOARD_LLM_WORKER_THREADS", 16, minimum=0)
+LLM_WORKER_QUEUES = ["llm", f"lessonq.{NODE_NAME}"]
 
 # --- metrics -------------------------------------------------------------------------------------------
 # prometheus_client reads this variable at import time, so it is set here, before any app imports it.
@@ -310,6 +316,12 @@ LLM_MODEL = env.text("LESSONBOARD_LLM_MODEL")
 LLM_TIMEOUT = env.duration("LESSONBOARD_LLM_TIMEOUT", 60.0, minimum=0.001)
 LLM_MAX_TOKENS = env.integer("LESSONBOARD_LLM_MAX_TOKENS", 1024, minimum=1)
 LLM_TEMPERATURE = env.number("LESSONBOARD_LLM_TEMPERATURE", 0.2, minimum=0.0, maximum=2.0)
+# Chat calls in flight at once per node, per provider and model, across all its processes
+# (lessonboard/llm/limiter.py); "model=N" items give a model its own number.
+LLM_CONCURRENCY = env.integer("LESSONBOARD_LLM_CONCURRENCY", 16, minimum=1)
+LLM_CONCURRENCY_BY_MODEL = env.items("LESSONBOARD_LLM_CONCURRENCY_BY_MODEL", (), lower=False)
+# How long a worker's call waits for a free slot before it fails (transient); web requests never wait.
+LLM_SLOT_WAIT = env.duration("LESSONBOARD_LLM_SLOT_WAIT", 60.0, minimum=0.0)
 
 # --- LLM breaker (docs/operations.md#llm-outage) ----------------------------------------------------------
 # Consecutive outage errors (connection errors, timeouts, 5xx) that open the breaker; while it is open,
@@ -321,6 +333,12 @@ CELERY_BEAT_SCHEDULE["llm-breaker-probe"] = {
     "task": "lessonboard.tasks.probe_llm",
     "schedule": LLM_BREAKER_PROBE_INTERVAL,
 }
+# --- LLM rate limits (docs/operations.md#llm-rate-limit) --------------------------------------------------
+# A 429 (or a 503 naming Retry-After) pauses every call to the endpoint, from every process, for the wait
+# the provider names (Retry-After, retry-after-ms, x-ratelimit-reset-*), or, when it names none, for this
+# backoff doubled per consecutive rate-limit answer; either is capped by the maximum pause.
+LLM_RATE_LIMIT_BACKOFF = env.duration("LESSONBOARD_LLM_RATE_LIMIT_BACKOFF", 1.0, minimum=0.01)
+LLM_RATE_LIMIT_MAX_PAUSE = env.duration("LESSONBOARD_LLM_RATE_LIMIT_MAX_PAUSE", 300.0, minimum=0.01)
 
 # --- web under load (docs/operations.md#web-under-load) ---------------------------------------------------
 # gunicorn runs gthread workers with LESSONBOARD_WEB_THREADS threads each (read by lessonboard/gunicorn_conf.py).
@@ -382,6 +400,8 @@ REFINE_API_WAIT = env.duration("LESSONBOARD_REFINE_API_WAIT", 5.0, minimum=0.0)
 REFINE_MODEL = env.text("LESSONBOARD_REFINE_MODEL", "")
 # The whole pass loop's time budget, as chatcli's 30 s per-hook timeout: no pass starts after it; 0 = none.
 REFINE_LOOP_TIMEOUT = env.duration("LESSONBOARD_REFINE_LOOP_TIMEOUT", 30.0, minimum=0)
+# A rewrite below this similarity to the original is rolled back and the run flagged low quality (0 = off).
+REFINE_SIMILARITY_FLOOR = env.number("LESSONBOARD_REFINE_SIMILARITY_FLOOR", 0.2, minimum=0.0, maximum=1.0)
 REFINE_PROPOSAL_WORKSPACE = env.text("LESSONBOARD_REFINE_PROPOSAL_WORKSPACE", "refine")
 # A run that ends low-quality queues its own low_quality Reflexion job when the queue and its low_quality
 # trigger are on (LESSONQ_ENABLED, LESSONQ_ON_LOW_QUALITY); false leaves that to the agent, as chatcli does.

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from lessonboard import llm
 from lessonboard.inputs import storable
+from lessonboard.llm import replies
 
 LESSON_SYSTEM_PROMPT = """You distill engineering lessons from a single AI agent attempt.
 Output a small XML-ish block and nothing else. A lesson must be general enough to help with similar
@@ -34,11 +35,22 @@ TASK_LIMIT = 8000
 NO_BLOCKS = "lesson parser: no recognized blocks in response"
 MISSING_REQUIRED = "lesson parser: missing required blocks (situation, correction)"
 
+BLOCK_NAMES = ("situation", "mistake", "correction", "tags", "skip")
 _BLOCK = re.compile(r"<(situation|mistake|correction|tags|skip)>(.*?)</", re.DOTALL)
+# A reply cut by max_tokens ends inside its last block: that block's text up to the end still counts.
+_CUT_BLOCK = re.compile(
+    r"<(situation|mistake|correction|tags)>((?:(?!</?(?:situation|mistake|correction|tags)>).)*)\Z", re.S
+)
+CUT_MARK = "\n[… {cut} characters cut …]\n"
 
 
 class LessonParseError(ValueError):
-    """The model's answer has no usable lesson: permanent (the job goes to the DLQ)."""
+    """The model's answer has no usable lesson: permanent (the job goes to the DLQ). ``reply``: the text the
+    parser refused, kept for the dead-job page."""
+
+    def __init__(self, message: str, *, reply: str = "") -> None:
+        super().__init__(message)
+        self.reply = reply
 
 
 @dataclass(frozen=True)
@@ -54,9 +66,23 @@ def truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def head_tail(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters: when longer, its first third and its last two thirds around a
+    mark saying how much was cut (an agent's output usually fails at its end: the test summary, the
+    traceback). The mark counts toward the limit."""
+    if len(text) <= limit:
+        return text
+    mark = CUT_MARK.format(cut=len(text))  # the widest the number can be: the mark never grows past this
+    room = max(limit - len(mark), 0)
+    head = room // 3
+    tail = room - head
+    cut = len(text) - head - tail
+    return text[:head] + CUT_MARK.format(cut=cut) + (text[-tail:] if tail else "")
+
+
 def user_message(*, task: str, attempt: str, outcome: str, trigger: str) -> str:
     return (
-        f"TASK:\n{truncate(task, TASK_LIMIT)}\n\nATTEMPT:\n{truncate(attempt, ATTEMPT_LIMIT)}\n\n"
+        f"TASK:\n{truncate(task, TASK_LIMIT)}\n\nATTEMPT:\n{head_tail(attempt, ATTEMPT_LIMIT)}\n\n"
         f"OUTCOME (why we are reflecting):\n{truncate(outcome, OUTCOME_LIMIT)}\n\nTRIGGER: {trigger}"
     )
 
@@ -68,18 +94,30 @@ def messages(*, task: str, attempt: str, outcome: str, trigger: str) -> list[dic
     ]
 
 
-def parse(text: str, trigger: str) -> GeneratedLesson | None:
-    """The lesson in ``text``; ``None`` for ``<skip>``; ``LessonParseError`` when unusable (docs/compat/chatcli.md#lesson-parser)."""
+def parse(text: str, trigger: str, *, truncated: bool = False) -> GeneratedLesson | None:
+    """The lesson in ``text``; ``None`` for ``<skip>``; ``LessonParseError`` when unusable (docs/compat/chatcli.md#lesson-parser).
+
+    Reasoning blocks (``<think>``) are dropped first and a fenced block's body read when there is one
+    (``lessonboard.llm.replies``), so a block named in the reasoning never counts. When the reply was cut by
+    ``max_tokens`` (``truncated``: finish_reason "length") its last, unclosed block keeps the text it has;
+    otherwise an unclosed block counts for nothing, as in chatcli."""
+    answer = replies.answer_text(text, tags=BLOCK_NAMES).text
     blocks: dict[str, str] = {}
-    for name, body in _BLOCK.findall(text):
+    for name, body in _BLOCK.findall(answer):
         # the last occurrence wins; model text is stored, so NUL and lone surrogates become U+FFFD
         blocks[name] = storable(body.strip())
+    cut = _CUT_BLOCK.search(answer) if truncated else None
+    if cut is not None and cut.group(2).strip():
+        blocks.setdefault(cut.group(1), storable(cut.group(2).strip()))
     if not blocks:
-        raise LessonParseError(NO_BLOCKS)
+        refused = replies.refusal(text)
+        if refused:
+            raise LessonParseError(f"lesson parser: the model refused: {refused}", reply=text)
+        raise LessonParseError(NO_BLOCKS, reply=text)
     if "skip" in blocks:
         return None
     if not blocks.get("situation") or not blocks.get("correction"):
-        raise LessonParseError(MISSING_REQUIRED)
+        raise LessonParseError(MISSING_REQUIRED, reply=text)
     tags = [t.strip().lower() for t in blocks.get("tags", "").split(",")]
     return GeneratedLesson(
         situation=blocks["situation"],
@@ -103,4 +141,4 @@ def generate(
     result = chat(
         messages(task=task, attempt=attempt, outcome=outcome, trigger=trigger), max_tokens=MAX_TOKENS, timeout=timeout
     )
-    return parse(result.text, trigger)
+    return parse(result.text, trigger, truncated=result.finish_reason == "length")

@@ -377,6 +377,10 @@ class JobAttempt(models.Model):
     outcome = models.CharField(max_length=20, choices=AttemptOutcome.choices, blank=True)
     error = models.TextField(blank=True)
     duration = models.FloatField(null=True, blank=True, help_text="seconds")
+    # The model's reply that the lesson parser refused (its first REPLY_CHARS characters), for triage.
+    reply = models.TextField(blank=True, default="", db_default="")
+
+    REPLY_CHARS = 4000
 
     class Meta:
         ordering = ["job", "number"]
@@ -385,13 +389,17 @@ class JobAttempt(models.Model):
     def __str__(self) -> str:
         return f"{self.job_id} #{self.number} {self.outcome or 'running'}"
 
-    def finish(self, outcome: str, error: str = "", *, now: datetime | None = None) -> None:
+    def finish(self, outcome: str, error: str = "", *, now: datetime | None = None, reply: str = "") -> None:
         now = now or timezone.now()
         self.finished_at = now
         self.outcome = outcome
         self.error = storable(error)
         self.duration = (now - self.started_at).total_seconds()
-        self.save(update_fields=["finished_at", "outcome", "error", "duration"])
+        fields = ["finished_at", "outcome", "error", "duration"]
+        if reply:
+            self.reply = storable(reply[: self.REPLY_CHARS])
+            fields.append("reply")
+        self.save(update_fields=fields)
 
 
 from lessonq.triage.models import BulkAction, BulkItem, RetentionRun  # noqa: E402,F401  (DLQ triage)

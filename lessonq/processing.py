@@ -6,6 +6,8 @@ Effect orders (docs/architecture.md#order-of-effects), each step crash-safe beca
 - transient: WAL update (attempts, next attempt, error) → row retry_wait → re-publish with countdown;
 - LLM outage (the breaker is open, docs/operations.md#llm-outage): the attempt is given back and the job
   waits undispatched, as with no LLM configured; the sweeper dispatches it once the breaker closes;
+- LLM rate limit (a 429, or the pause it started, docs/operations.md#llm-rate-limit): the attempt is given
+  back and the job is due again when the pause ends (WAL next attempt → row → message with countdown);
 - dead: DLQ put (idempotent) → row dead → unlink WAL.
 """
 
@@ -52,13 +54,14 @@ class Outcome:
     kind: str  # success | skipped | transient | permanent
     error: str = ""
     lesson: generation.GeneratedLesson | None = None
+    reply: str = ""  # the model's reply the parser refused (kept on the attempt for the dead-job page)
 
 
 def classify(exc: BaseException) -> Outcome:
     """docs/compat/chatcli.md#error-classes plus the gateway's classes: parser errors and permanent provider errors → permanent; timeouts,
     network, 429/5xx, garbled bodies → transient; anything unexpected → permanent (chatcli's panic rule)."""
     if isinstance(exc, generation.LessonParseError):
-        return Outcome("permanent", str(exc))
+        return Outcome("permanent", str(exc), reply=exc.reply)
     if isinstance(exc, llm.TransientLLMError):
         return Outcome("transient", exc.message)
     if isinstance(exc, llm.PermanentLLMError):
@@ -75,8 +78,13 @@ def process(job_id: str) -> str:
     The common case — a dispatched job of this node, due, the LLM available — is claimed with its
     attempt row in one statement (``claim_due``); anything else (a finished or unknown job, a reclaim of
     a lost attempt, an LLM outage) takes the path that reads the row first and says why."""
-    reason = llm.unavailable_reason()[:300]
-    if not reason:
+    reason, pause = llm.availability()
+    reason = reason[:300]
+    if pause is not None and not reason:
+        waited = wait_out_pause(job_id, pause)
+        if waited:
+            return waited
+    elif not reason:
         claimed = claim_due(job_id)
         if claimed is not None:
             job, attempt = claimed
@@ -200,6 +208,11 @@ def run_attempt(job: Job, attempt: JobAttempt | None = None) -> str:
             timeout=settings.LESSONQ_JOB_TIMEOUT,
         )
         outcome = Outcome("success", lesson=lesson) if lesson is not None else Outcome("skipped")
+    except llm.LLMRateLimited as exc:
+        # Not this job's fault: every call to the endpoint pauses, and this attempt does not count.
+        defer_for_rate_limit(job, attempt, exc)
+        metrics.ATTEMPTS.labels(outcome="transient").inc()
+        return "rate-limited"
     except llm.LLMError as exc:
         if exc.outage and llm.unavailable_reason():
             # Not this job's fault and the breaker is open now (this error may have opened it).
@@ -229,7 +242,7 @@ def run_attempt(job: Job, attempt: JobAttempt | None = None) -> str:
     elif outcome.kind == "transient":
         retry_or_dead(job, attempt, outcome.error)
     elif outcome.kind == "permanent":
-        finish_dead(job, outcome.error, attempt=attempt)
+        finish_dead(job, outcome.error, attempt=attempt, reply=outcome.reply)
     duration = time.monotonic() - clock
     metrics.ATTEMPTS.labels(outcome=outcome.kind).inc()
     metrics.PROCESSING_DURATION.labels(outcome=outcome.kind).observe(duration)
@@ -390,14 +403,76 @@ def defer_for_llm(job: Job, attempt: JobAttempt, error: str) -> None:
     log.info("lessonq: %s waits for the LLM (breaker open): %s", job.id, error)
 
 
+def _resume_at(now: datetime, seconds: float) -> datetime:
+    """When a job that met a rate limit is due again: the pause's end, spread over up to a fifth more
+    (and at least 50 ms) so the jobs of a node do not all wake at the same instant."""
+    return now + timedelta(seconds=max(seconds, 0.0) * (1 + 0.2 * _rng.random()) + 0.05)
+
+
+def wait_out_pause(job_id: str, pause: Any) -> str:
+    """A due, dispatched, waiting job of this node meets a rate-limit pause: without a claim or an attempt,
+    it is due again when the pause ends (WAL, then row, then a message with that countdown). A duplicate
+    message finds the job not due and does nothing; "" when the job is not such a job."""
+    now = timezone.now()
+    resume = _resume_at(now, pause.seconds(now))
+    reason = pause.text[:300]
+    with transaction.atomic():
+        job = (
+            Job.objects.select_for_update()
+            .filter(pk=job_id, node=settings.LESSONQ_QUEUE, state__in=WAITING, next_attempt_at__lte=now)
+            .exclude(dispatched_at=None)
+            .first()
+        )
+        if job is None:
+            return ""
+        record = _record_of(job)
+        wal().update(
+            record.with_retry(attempts=job.attempts, next_attempt_at=gojson.local(resume), last_error=job.last_error)
+        )
+        Job.objects.filter(pk=job.pk).update(
+            next_attempt_at=resume, dispatched_at=now, waiting_reason=reason, updated_at=now
+        )
+    publish(job.pk, countdown=(resume - now).total_seconds())
+    return "rate-limited"
+
+
+def defer_for_rate_limit(job: Job, attempt: JobAttempt, exc: llm.LLMRateLimited) -> None:
+    """Give the attempt back and make the job due when the rate-limit pause ends (WAL → row → message)."""
+    attempts = max(job.attempts - 1, 0)
+    now = timezone.now()
+    resume = _resume_at(now, exc.retry_after if exc.retry_after is not None else settings.LLM_RATE_LIMIT_BACKOFF)
+    error = exc.message
+    with transaction.atomic():
+        ensure_ours(job)
+        wal().update(
+            _record_of(job).with_retry(attempts=attempts, next_attempt_at=gojson.local(resume), last_error=error)
+        )
+        Job.objects.filter(pk=job.pk).update(
+            state=JobState.RETRY_WAIT if attempts else JobState.PENDING,
+            attempts=attempts,
+            next_attempt_at=resume,
+            last_error=error,
+            waiting_reason=error[:300],
+            dispatched_at=now,
+            claimed_by="",
+            claim_expires_at=None,
+            updated_at=now,
+        )
+        attempt.finish(AttemptOutcome.TRANSIENT, f"not counted (LLM rate-limited, the job waits): {error}")
+    log.info("lessonq: %s waits out the LLM's rate limit (%.1f s): %s", job.id, (resume - now).total_seconds(), error)
+    publish(job.pk, countdown=(resume - now).total_seconds())
+
+
 def finish_dead(
     job: Job,
     error: str,
     *,
     attempt: JobAttempt | None = None,
     attempt_outcome: str = AttemptOutcome.PERMANENT,
+    reply: str = "",
 ) -> None:
-    """DLQ put (idempotent: an existing DLQ record is kept, as chatcli) → row dead → unlink WAL."""
+    """DLQ put (idempotent: an existing DLQ record is kept, as chatcli) → row dead → unlink WAL.
+    ``reply``: the model's reply that failed to parse, kept (bounded) on the attempt row."""
     with transaction.atomic():
         ensure_ours(job)
         record = _record_of(job)
@@ -405,7 +480,7 @@ def finish_dead(
         faults.point("dead.after_dlq")
         job.mark_dead(error)
         if attempt is not None:
-            attempt.finish(attempt_outcome, error)
+            attempt.finish(attempt_outcome, error, reply=reply)
     faults.point("dead.after_row")
     wal().ack(job.id)
 

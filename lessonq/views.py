@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling
 
 from lessonboard import breaker
+from lessonboard.llm import ratelimit
 from lessonboard.permissions import require_perm, view_required
 from lessonq import bulk, dlq, retention, root_cause
 from lessonq.forms import BulkForm, JobFilterForm, LessonDraftForm
@@ -74,6 +75,7 @@ def index(request: HttpRequest) -> HttpResponse:
         "job_base": reverse("queue:job", args=["0" * 16]).replace("0" * 16 + "/", ""),
         "here": request.get_full_path(),
         "llm_outage": breaker.outage(),
+        "llm_pause": ratelimit.current(),
         "quarantine": _quarantine(),
     }
     if _is_htmx(request):

@@ -405,7 +405,30 @@ def hypothetical_lesson(task: str) -> str:
         [{"role": "system", "content": HYDE_SYSTEM}, {"role": "user", "content": f"TASK:\n{task}"}],
         max_tokens=300,
     )
-    return result.text.strip()
+    return parse_hyde(result.text)
+
+
+_HYDE_LINE = re.compile(r"^\W*(LESSON|SITUATION|MISTAKE|CORRECTION)\W*:\s*(.+?)\s*$", re.I | re.M)
+
+
+def parse_hyde(text: str) -> str:
+    """The hypothetical lesson to embed, as models write it: ``<think>`` dropped, a fence opened, and the
+    LESSON/MISTAKE/CORRECTION lines kept without what surrounds them (any text when there are none). A
+    refusal or an empty answer raises ``PermanentLLMError`` (the search then embeds the query as is)."""
+    from lessonboard.llm import replies
+
+    refused = replies.refusal(text)
+    if refused:
+        raise llm.PermanentLLMError(f"HyDE: the model refused: {refused}")
+    body, _ = replies.strip_think(text)
+    fences = replies.fenced_blocks(body)
+    if fences and not _HYDE_LINE.search(body.split("```", 1)[0]):
+        body = fences[0][1]
+    lines = [f"{m.group(1).upper()}: {m.group(2).strip('*_ ')}" for m in _HYDE_LINE.finditer(body)]
+    answer = "\n".join(lines) if lines else body.strip()
+    if not answer:
+        raise llm.PermanentLLMError("HyDE: the reply has no text after its reasoning")
+    return answer
 
 
 def search(

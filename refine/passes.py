@@ -33,6 +33,9 @@ class RefineConfig:
     exclude: tuple[str, ...] = ("formatter", "deps", "refiner", "verifier")
     # chatcli bounds the whole refine hook by the pipeline's 30 s per-hook timeout; 0 = no cap.
     loop_timeout: float = 30.0
+    # Not in chatcli: a rewrite whose similarity to the ORIGINAL (by the guard) is below this is rolled
+    # back whatever the best pass was, pass 1 included; 0 = off.
+    similarity_floor: float = 0.2
 
     @classmethod
     def from_settings(cls, *, max_passes: int | None = None) -> RefineConfig:
@@ -42,6 +45,7 @@ class RefineConfig:
             epsilon=settings.REFINE_EPSILON,
             exclude=tuple(settings.REFINE_EXCLUDE),
             loop_timeout=settings.REFINE_LOOP_TIMEOUT,
+            similarity_floor=settings.REFINE_SIMILARITY_FLOOR,
         )
 
 
@@ -142,7 +146,10 @@ def run_passes(
 
     Per pass: the regression guard compares the rewrite with the ORIGINAL (a check error counts as 1.0);
     the first pass or a strictly better similarity becomes the best; a drop below 0.85 × best rolls
-    back to the best draft and stops. Otherwise the cascade (or the char heuristic when there is no
+    back to the best draft and stops. Unlike chatcli, a pass that broke the critique/revise protocol (no
+    ``<revised>``), or whose rewrite is below ``similarity_floor`` against the original, is rolled back
+    too (to the best pass, or to the original on pass 1) and the run flagged low quality: the guard's
+    ratio alone never checks pass 1. Otherwise the cascade (or the char heuristic when there is no
     checker or it errors) decides whether current → rewrite converged. A refiner error keeps the
     previous draft and stops.
     """
@@ -171,6 +178,34 @@ def run_passes(
         previous = current
         guard = checker.check(draft, rewrite) if checker is not None else None
         similarity = 1.0 if guard is None or guard.error else guard.score.similarity
+        broken = _broken(index + 1, reply, similarity, guard, config)
+        if broken:
+            result.rolled_back = True
+            current = best_draft or draft
+            best_draft = current
+            record = PassRecord(
+                number=index + 1,
+                reply=reply,
+                similarity_to_original=similarity,
+                best_similarity=best_similarity if best_similarity >= 0 else 1.0,
+                guard=guard,
+                convergence=None,
+                converged=False,
+                decision=Decision.ROLLED_BACK,
+                decided_by=guard.decided_by if guard else "",
+                reason=broken,
+                degraded_from=guard.degraded_from if guard else "",
+                scores={
+                    "original": display_scores(draft, rewrite, guard),
+                    "previous": display_scores(previous, rewrite, None),
+                },
+                latency_ms=(clock() - started) * 1000,
+            )
+            result.passes.append(record)
+            result.stop_reason = broken
+            if on_pass:
+                on_pass(record)
+            break
         if index == 0 or similarity > best_similarity:
             best_similarity, best_draft = similarity, rewrite
         elif similarity < ROLLBACK_RATIO * best_similarity:
@@ -243,6 +278,19 @@ def run_passes(
     result.output = final or draft
     _flag_low_quality(result)
     return result
+
+
+def _broken(number: int, reply: RefinerReply, similarity: float, guard: Check | None, config: RefineConfig) -> str:
+    """Why pass ``number`` must be rolled back whatever the best pass was, or ""."""
+    target = "the best pass" if number > 1 else "the original"
+    if not reply.protocol_ok:
+        return f"pass {number} broke the critique/revise protocol (no <revised> block): rolled back to {target}"
+    if guard is not None and not guard.error and config.similarity_floor and similarity < config.similarity_floor:
+        return (
+            f"pass {number}'s rewrite has similarity {similarity:.4f} to the original, below the floor "
+            f"{config.similarity_floor:g}: rolled back to {target}"
+        )
+    return ""
 
 
 def _flag_low_quality(result: LoopResult) -> None:

@@ -15,6 +15,7 @@ from django.conf import settings
 
 from lessonboard import llm
 from lessonboard.inputs import storable
+from lessonboard.llm import replies
 
 DIRECTIVE = "[REFINE_DRAFT]"
 DEFAULT_TASK = "Improve the quality and accuracy of the following draft."
@@ -109,9 +110,13 @@ class RefinerReply:
 
 
 def parse_reply(raw: str) -> RefinerReply:
+    """The critique and revised draft of a reply, after ``<think>`` blocks are dropped and a fence around
+    the two blocks is opened (``lessonboard.llm.replies``); a ``<revised>`` cut by ``max_tokens`` keeps what
+    it has. No (or an empty) ``<revised>`` is a protocol violation: chatcli's fallback output, flagged."""
     raw = storable(raw)  # model text is stored and shown: NUL and lone surrogates become U+FFFD
-    revised = block(raw, "revised")
-    critique = block(raw, "critique") or ""
+    answer = replies.answer_text(raw, tags=("critique", "revised")).text
+    revised = block(answer, "revised")
+    critique = block(answer, "critique") or ""
     if revised is None or not revised.strip():
         # chatcli's fallback: the whole raw response becomes the output.
         return RefinerReply(output=raw, critique=critique, bullets=bullets(critique), raw=raw, protocol_ok=False)

@@ -158,6 +158,19 @@ def execute_run(
         run.status, run.started_at, run.error = RunStatus.QUEUED, None, f"waiting: {outage.text}"
         run.save(update_fields=["status", "started_at", "error"])
         return run
+    from lessonboard.llm import ratelimit
+
+    pause = ratelimit.current() if result.error and not result.passes else None
+    if pause is not None:
+        # The provider's rate limit before the first pass: the run waits, queued, and comes back when the
+        # pause ends (docs/operations.md#llm-rate-limit).
+        run.status, run.started_at, run.error = RunStatus.QUEUED, None, f"waiting: {pause.text}"
+        run.save(update_fields=["status", "started_at", "error"])
+        countdown = pause.seconds() + 0.05
+        transaction.on_commit(
+            lambda: app.send_task(RUN_REFINE, args=[run.pk], queue=RUN_REFINE_QUEUE, countdown=countdown)
+        )
+        return run
     finished = timezone.now()
     run.final_output = result.output
     run.output_pass = _pass_number_of(run, result.output)

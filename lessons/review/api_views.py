@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from django.conf import settings
@@ -10,6 +11,7 @@ from pydantic import Field
 
 from lessonboard import breaker
 from lessonboard.api import ApiError, Described, api_view, check_workspace, json_body, workspace_for
+from lessonboard.llm import limiter, ratelimit
 from lessonboard.models import TokenScope, Workspace
 from lessonboard.schemas import (
     AgentName,
@@ -85,6 +87,16 @@ def outcome_payload(proposals: list[Proposal]) -> dict[str, list[dict[str, Any]]
     return buckets
 
 
+def _saturated(slug: str, *, run: int | None = None) -> JsonResponse:
+    """Every LLM slot of this node is in use: answered at once, nothing waits in the web process."""
+    body: dict[str, Any] = {"error": "every LLM call slot of this node is in use; try again shortly", "workspace": slug}
+    if run is not None:
+        body["run"] = run
+    response = JsonResponse(body, status=503)
+    response["Retry-After"] = str(limiter.RETRY_AFTER)
+    return response
+
+
 @api_view(
     TokenScope.FULL,
     methods=("POST",),
@@ -92,6 +104,10 @@ def outcome_payload(proposals: list[Proposal]) -> dict[str, list[dict[str, Any]]
         "Run the review pass on a summary: gated memory writes",
         body=(ReviewBody,),
         responses={200: ReviewOut, 502: ReviewOut},
+        error_text={
+            503: "Nothing was run, or the run stopped: the LLM is unreachable, rate-limited, or every LLM call slot "
+            "of this node is in use (the web never waits for one); `Retry-After` says when to try again"
+        },
     ),
 )
 def reviews(request: HttpRequest) -> JsonResponse:
@@ -105,9 +121,27 @@ def reviews(request: HttpRequest) -> JsonResponse:
         response = JsonResponse({"error": outage.text, "workspace": slug}, status=503)
         response["Retry-After"] = str(max(int(settings.LLM_BREAKER_PROBE_INTERVAL), 1))
         return response
-    result = run_review(workspace, summary, agent=agent, token=request.agent_token)  # type: ignore[attr-defined]
+    pause = ratelimit.current()
+    if pause is not None:
+        # The provider's rate limit pauses every call (docs/operations.md#llm-rate-limit): nothing was tried.
+        response = JsonResponse({"error": pause.text, "workspace": slug}, status=503)
+        response["Retry-After"] = str(max(math.ceil(pause.seconds()), 1))
+        return response
+    if limiter.saturated(settings.LLM_MODEL):
+        return _saturated(slug)
+    with limiter.no_wait() as guard:  # the web never waits for a slot (docs/api.md#reviews-when-busy)
+        result = run_review(workspace, summary, agent=agent, token=request.agent_token)  # type: ignore[attr-defined]
+    if guard.refused:
+        return _saturated(slug, run=result.run.pk)
     rows = list(result.run.proposals.order_by("position"))
     body: dict[str, Any] = {"run": result.run.pk, "workspace": slug, **outcome_payload(rows)}
+    pause = ratelimit.current() if result.error is not None else None
+    if pause is not None:
+        # The proposer met a rate limit: not the caller's fault, and worth trying again after the pause.
+        body.update(error=result.error.message, stage=result.error.stage)  # type: ignore[union-attr]
+        response = JsonResponse(body, status=503)
+        response["Retry-After"] = str(max(math.ceil(pause.seconds()), 1))
+        return response
     if result.error is not None:
         # The model (or gate) failed, not the caller: 502, with what was applied before the failure.
         body.update(error=result.error.message, stage=result.error.stage)

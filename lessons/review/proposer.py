@@ -7,20 +7,18 @@ the pass's caller keeps the raw text for the reviewer to see.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lessonboard import inputs, llm
+from lessonboard.llm import replies
 from lessonboard.models import Workspace
 from lessons.review import memory
 from lessons.review.learning import Proposed
 
 PROMPT_VERSION = "propose-v1"
 PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
-FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 
 
 class ProposerError(Exception):
@@ -44,17 +42,19 @@ def system_prompt(workspace: Workspace, *, version: str = PROMPT_VERSION) -> str
 
 
 def parse_reply(text: str) -> list[Any]:
-    """The raw proposals in a model's reply: a JSON object with a ``proposals`` list, or a bare list."""
-    body = text.strip()
-    fenced = FENCE.match(body)
-    if fenced:
-        body = fenced.group(1)
+    """The raw proposals in a model's reply: a JSON object with a ``proposals`` list, or a bare list.
+    The JSON is found as models write it (``lessonboard.llm.replies.extract_json``: ``<think>`` first, a
+    fence, a preamble or postscript, a list cut by ``max_tokens`` keeping its complete items); each item
+    is validated afterwards by the pydantic models of ``lessons.review.proposals``."""
     try:
-        data = json.loads(body)
+        data = replies.extract_json(text).value
         inputs.check_document(data, keep_text=True)
     except inputs.BadInput as exc:
         raise ProposerError(f"proposer reply is not usable JSON: {exc.message}", raw_output=text) from exc
     except (ValueError, RecursionError) as exc:
+        refused = replies.refusal(text)
+        if refused:
+            raise ProposerError(f"proposer refused: {refused}", raw_output=text) from exc
         raise ProposerError(f"proposer reply is not JSON: {exc}", raw_output=text) from exc
     data = inputs.storable_document(data)  # model text is stored: NUL and lone surrogates become U+FFFD
     if isinstance(data, dict):

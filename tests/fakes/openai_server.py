@@ -10,6 +10,18 @@ Scripted replies are consumed in order (one per chat request); when the script i
 (a callable taking the request JSON and returning a ``Reply``) answers, else ``default``. Replies can be a
 text, an HTTP error status with an OpenAI-shaped error body, a delay before answering (for timeouts), or a
 raw malformed ``body``. Embeddings answer with deterministic vectors from ``embedding_fn``.
+
+Real models' habits, switchable per test (the defaults answer as before: at once, bare text, with usage):
+
+- ``server.latency = 1.0``: every chat answer takes that long (on top of a reply's own ``delay``);
+- ``server.rate_limit(retry_after=5, seconds=60)`` / ``calls=N``: a storm of 429s (or ``status=503``) naming
+  the wait in ``Retry-After``, ``retry-after-ms`` or ``x-ratelimit-reset-requests`` (``header=``), or in no
+  header at all (``header=None``); ``server.storm_hits`` counts the requests it answered;
+- ``Reply(text=…, think=…, fence="json", preamble=…, postscript=…)`` or server-wide ``server.style =
+  Style(…)``: the answer wrapped as chatty models write it (a ``<think>`` block first, a fenced block,
+  words before and after);
+- ``Reply(usage=False)`` / ``server.send_usage = False``: no ``usage`` object in the body;
+- ``Reply(truncate_at=N)``: the text cut after N characters, ``finish_reason`` "length" (max_tokens hit).
 """
 
 from __future__ import annotations
@@ -20,7 +32,8 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -36,6 +49,64 @@ class Reply:
     error_message: str | None = None
     prompt_tokens: int = 11
     completion_tokens: int = 7
+    # How real models dress their answers (see ``Style``); None/"" leave the text as it is.
+    think: str | None = None
+    fence: str | None = None
+    preamble: str = ""
+    postscript: str = ""
+    usage: bool | None = None  # None: the server's ``send_usage``
+    truncate_at: int | None = None
+    finish_reason: str | None = None  # None: "stop", or "length" when truncated
+
+
+@dataclass(frozen=True)
+class Style:
+    """A server-wide way of dressing every text answer (fields as on ``Reply``)."""
+
+    think: str | None = None
+    fence: str | None = None
+    preamble: str = ""
+    postscript: str = ""
+
+
+def dress(text: str, *, think: str | None, fence: str | None, preamble: str, postscript: str) -> str:
+    """``text`` as a chatty model writes it: ``<think>…</think>``, preamble, fenced block, postscript."""
+    if fence is not None:
+        text = f"```{fence}\n{text}\n```"
+    parts = [p for p in (preamble, text, postscript) if p]
+    text = "\n\n".join(parts)
+    if think is not None:
+        text = f"<think>\n{think}\n</think>\n\n{text}"
+    return text
+
+
+@dataclass
+class Storm:
+    """A rate limit: every chat request is refused until ``until`` (monotonic) or for ``calls`` more."""
+
+    status: int = 429
+    retry_after: float | None = 5.0
+    header: str | None = "retry-after"
+    until: float | None = None
+    calls: int | None = None
+
+    def active(self) -> bool:
+        if self.calls is not None:
+            return self.calls > 0
+        return self.until is not None and time.monotonic() < self.until
+
+    def reply(self) -> Reply:
+        headers: dict[str, str] = {}
+        if self.header and self.retry_after is not None:
+            wait = self.retry_after
+            if self.header == "retry-after":
+                headers["Retry-After"] = f"{wait:g}"
+            elif self.header == "retry-after-ms":
+                headers["retry-after-ms"] = f"{wait * 1000:g}"
+            else:  # x-ratelimit-reset-requests / -tokens: OpenAI's duration text ("1s", "6m0s", "250ms")
+                headers[self.header] = f"{wait * 1000:g}ms" if wait < 1 else f"{wait:g}s"
+        message = "Rate limit reached for requests" if self.status == 429 else "Service temporarily overloaded"
+        return Reply(status=self.status, headers=headers, error_message=message)
 
 
 @dataclass
@@ -66,6 +137,13 @@ class FakeOpenAIServer:
         self.default = Reply(text="ok")
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.embedding_fn: Callable[[str], list[float]] = hashed_embedding
+        self.latency = 0.0
+        self.style: Style | None = None
+        self.send_usage = True
+        self.storm: Storm | None = None
+        self.storm_hits = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._httpd: ThreadingHTTPServer | None = None
 
     # --- control ------------------------------------------------------------------------------------
@@ -100,7 +178,10 @@ class FakeOpenAIServer:
                 server._record(self.path, {k.lower(): v for k, v in self.headers.items()}, payload)
                 if self.path.rstrip("/").endswith("/chat/completions"):
                     reply = server._next_chat(payload or {})
-                    self._answer(reply, lambda: server._chat_body(reply))
+                    with server._flight():
+                        if server.latency and reply.status < 400:
+                            server._released.wait(server.latency)
+                        self._answer(reply, lambda: server._chat_body(reply))
                 elif self.path.rstrip("/").endswith("/embeddings"):
                     reply = server._next_embedding()
                     self._answer(reply, lambda: server._embedding_body(payload or {}))
@@ -144,7 +225,12 @@ class FakeOpenAIServer:
             self._httpd.shutdown()
             self._httpd.server_close()
 
+    def release(self) -> None:
+        """Let every delayed answer (``delay``, ``latency``) go at once, now and until ``reset``."""
+        self._released.set()
+
     def reset(self) -> None:
+        self._released.clear()
         with self._lock:
             self._script.clear()
             self._embed_script.clear()
@@ -152,6 +238,40 @@ class FakeOpenAIServer:
         self.default = Reply(text="ok")
         self.responder = None
         self.embedding_fn = hashed_embedding
+        self.latency = 0.0
+        self.style = None
+        self.send_usage = True
+        self.storm = None
+        self.storm_hits = 0
+        self.max_in_flight = 0
+
+    def rate_limit(
+        self,
+        *,
+        retry_after: float | None = 5.0,
+        seconds: float | None = None,
+        calls: int | None = None,
+        header: str | None = "retry-after",
+        status: int = 429,
+    ) -> Storm:
+        """Refuse every chat request with ``status`` for ``seconds`` or for the next ``calls`` requests,
+        naming ``retry_after`` in ``header`` (``None``: no header). Scripted replies wait behind it."""
+        assert (seconds is None) != (calls is None), "a storm lasts either seconds or calls"
+        storm = Storm(
+            status=status,
+            retry_after=retry_after,
+            header=header,
+            until=time.monotonic() + seconds if seconds is not None else None,
+            calls=calls,
+        )
+        with self._lock:
+            self.storm = storm
+            self.storm_hits = 0
+        return storm
+
+    def end_storm(self) -> None:
+        with self._lock:
+            self.storm = None
 
     def script(self, *replies: Reply | str) -> None:
         with self._lock:
@@ -170,8 +290,25 @@ class FakeOpenAIServer:
         with self._lock:
             self.requests.append(RecordedRequest(path=path, headers=headers, json=payload))
 
+    @contextmanager
+    def _flight(self) -> Iterator[None]:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
     def _next_chat(self, payload: dict[str, Any]) -> Reply:
         with self._lock:
+            storm = self.storm
+            if storm is not None and storm.active():
+                self.storm_hits += 1
+                if storm.calls is not None:
+                    storm.calls -= 1
+                return storm.reply()
             if self._script:
                 return self._script.popleft()
         if self.responder is not None:
@@ -185,18 +322,31 @@ class FakeOpenAIServer:
         return Reply()
 
     def _chat_body(self, reply: Reply) -> dict[str, Any]:
-        return {
+        style = self.style or Style()
+        text = dress(
+            reply.text,
+            think=reply.think if reply.think is not None else style.think,
+            fence=reply.fence if reply.fence is not None else style.fence,
+            preamble=reply.preamble or style.preamble,
+            postscript=reply.postscript or style.postscript,
+        )
+        finish = reply.finish_reason or "stop"
+        if reply.truncate_at is not None and len(text) > reply.truncate_at:
+            text, finish = text[: reply.truncate_at], reply.finish_reason or "length"
+        body: dict[str, Any] = {
             "id": f"chatcmpl-fake-{int(time.time() * 1000)}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text}, "finish_reason": "stop"}],
-            "usage": {
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+        }
+        if self.send_usage if reply.usage is None else reply.usage:
+            body["usage"] = {
                 "prompt_tokens": reply.prompt_tokens,
                 "completion_tokens": reply.completion_tokens,
                 "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-            },
-        }
+            }
+        return body
 
     def _embedding_body(self, payload: dict[str, Any]) -> dict[str, Any]:
         inputs = payload.get("input", [])

@@ -17,7 +17,9 @@ def lesson_worker(
 ) -> Callable[..., CeleryWorker]:
     """``lesson_worker(**env)`` → a real worker on this test's node queue, its WAL in ``queue_dir``."""
 
-    def start(base: Path | None = None, node: str | None = None, concurrency: int = 1, **env: str) -> CeleryWorker:
+    def start(
+        base: Path | None = None, node: str | None = None, concurrency: int = 1, pool: str | None = None, **env: str
+    ) -> CeleryWorker:
         node = node or settings.NODE_NAME
         values = {
             "LESSONQ_BASE_DIR": str(base or queue_dir),
@@ -31,7 +33,11 @@ def lesson_worker(
             values.update(LESSONBOARD_LLM_BASE_URL=settings.LLM_BASE_URL, LESSONBOARD_LLM_MODEL=settings.LLM_MODEL)
         values.update(env)
         return start_worker(
-            queues=[f"lessonq.{node}"], env=subprocess_env(**values), concurrency=concurrency, hostname=f"{node}@%h"
+            queues=[f"lessonq.{node}"],
+            env=subprocess_env(**values),
+            concurrency=concurrency,
+            hostname=f"{node}@%h",
+            pool=pool,
         )
 
     return start

@@ -93,14 +93,16 @@ def test_it_skips_without_a_lesson(queue_dir: Path, fake_openai: Any) -> None:
     assert Lesson.objects.count() == 0 and not wal().exists(job_id)
 
 
-def test_it_retries_a_429_with_the_state_in_the_wal(queue_dir: Path, fake_openai: Any, settings: Any) -> None:
+def test_it_retries_a_transient_error_with_the_state_in_the_wal(
+    queue_dir: Path, fake_openai: Any, settings: Any
+) -> None:
     settings.LESSONQ_INITIAL_DELAY = 10.0
-    fake_openai.script(Reply(status=429), Reply(text=LESSON))
+    fake_openai.script(Reply(status=502), Reply(text=LESSON))
     job_id = accepted()
     before = timezone.now()
     assert processing.process(job_id) == "transient"
     job = Job.objects.get(pk=job_id)
-    assert job.state == JobState.RETRY_WAIT and job.attempts == 1 and "429" in job.last_error
+    assert job.state == JobState.RETRY_WAIT and job.attempts == 1 and "502" in job.last_error
     assert timedelta(seconds=9.9) < job.next_attempt_at - before < timedelta(seconds=11)
     record = wal().read(job_id)
     assert record is not None and (record.attempts, record.last_error) == (1, job.last_error)
@@ -109,6 +111,41 @@ def test_it_retries_a_429_with_the_state_in_the_wal(queue_dir: Path, fake_openai
     make_due(job_id)
     assert processing.process(job_id) == "success"
     assert [a.outcome for a in Job.objects.get(pk=job_id).attempt_rows.all()] == ["transient", "success"]
+
+
+def test_a_429_waits_out_the_pause_without_spending_an_attempt(
+    queue_dir: Path, fake_openai: Any, settings: Any
+) -> None:
+    from lessonboard.models import LLMBreaker
+
+    fake_openai.script(Reply(status=429, headers={"Retry-After": "30"}), Reply(text=LESSON))
+    job_id = accepted()
+    before = timezone.now()
+    assert processing.process(job_id) == "rate-limited"
+    job = Job.objects.get(pk=job_id)
+    assert job.state == JobState.PENDING and job.attempts == 0 and "429" in job.last_error
+    assert timedelta(seconds=29) < job.next_attempt_at - before < timedelta(seconds=37)
+    record = wal().read(job_id)
+    assert record is not None and record.attempts == 0
+    assert abs(record.next_attempt_at - job.next_attempt_at) < timedelta(milliseconds=1)
+    [attempt] = job.attempt_rows.all()
+    assert attempt.error.startswith("not counted (LLM rate-limited")
+    # A second job meets the pause before any claim: no call, no attempt row, due when the pause ends.
+    other = accepted(task="another task")
+    assert processing.process(other) == "rate-limited"
+    waiting = Job.objects.get(pk=other)
+    assert waiting.attempts == 0 and not waiting.attempt_rows.exists()
+    assert waiting.waiting_reason.startswith("LLM rate-limited until") and waiting.next_attempt_at > before
+    assert wal().read(other).next_attempt_at == waiting.next_attempt_at  # type: ignore[union-attr]
+    assert processing.process(other) == "not-claimed"  # a duplicate message: not due, nothing happens
+    assert len(fake_openai.chat_requests()) == 1
+    # The pause ends: the job runs, its first counted attempt succeeds.
+    LLMBreaker.objects.update(paused_until=timezone.now() - timedelta(seconds=1))
+    make_due(job_id)
+    assert processing.process(job_id) == "success"
+    done = Job.objects.get(pk=job_id)
+    assert done.attempts == 1 and [a.outcome for a in done.attempt_rows.all()] == ["transient", "success"]
+    assert LLMBreaker.objects.get().rate_limits == 0
 
 
 def test_it_moves_a_job_to_the_dlq_when_attempts_run_out(queue_dir: Path, fake_openai: Any, settings: Any) -> None:
@@ -134,6 +171,20 @@ def test_it_sends_unparseable_output_to_the_dlq_at_once(queue_dir: Path, fake_op
     assert job.state == JobState.DEAD and job.attempts == 1
     assert job.last_error == "lesson parser: no recognized blocks in response"
     assert dlq().exists(job_id) and not wal().exists(job_id)
+
+
+def test_the_dead_job_page_shows_the_reply_that_failed_bounded_and_escaped(
+    queue_dir: Path, fake_openai: Any, client_as: Any, carol: Any
+) -> None:
+    reply = "Here is what I think: <script>alert(1)</script> " + "x" * 5000
+    fake_openai.script(Reply(text=reply))
+    job_id = accepted()
+    assert processing.process(job_id) == "permanent"
+    [attempt] = Job.objects.get(pk=job_id).attempt_rows.all()
+    assert attempt.reply == reply[: attempt.REPLY_CHARS]
+    page = client_as(carol).get(f"/queue/jobs/{job_id}/").content.decode()
+    assert "Here is what I think: &lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page
+    assert f"first {attempt.REPLY_CHARS} characters" in page and "x" * 5000 not in page
 
 
 def test_it_treats_a_permanent_provider_error_as_permanent(queue_dir: Path, fake_openai: Any) -> None:

@@ -249,3 +249,60 @@ def test_the_refiner_can_use_a_model_of_its_own(fake_openai, settings):
     fake_openai.script(reply("again"))
     Refiner()("t", "draft")
     assert fake_openai.chat_requests()[-1].json["model"] == settings.LLM_MODEL
+
+
+# --- protocol violations and the similarity floor (not chatcli: pass 1 is checked too) -----------------
+def test_a_destroyed_first_draft_is_rolled_back_to_the_original_and_flagged_low_quality():
+    original = "Deploy with helm upgrade --install, wait for the readiness probes, then run the smoke tests."
+    llm = ScriptedLLM(reply("lorem ipsum dolor sit amet", "- tighten the wording"))
+    result = run_passes(
+        task="t",
+        draft=original,
+        refiner=Refiner(llm),
+        checker=StubChecker((0.033, False)),
+        config=config(max_passes=3, similarity_floor=0.2),
+    )
+    assert result.output == original and result.rolled_back and len(llm.messages) == 1
+    assert [p.decision for p in result.passes] == [Decision.ROLLED_BACK]
+    assert result.low_quality and "below the floor 0.2" in result.metadata["refine_low_quality_reason"]
+
+
+def test_a_first_pass_that_breaks_the_protocol_is_rolled_back():
+    original = "the original draft text"
+    llm = ScriptedLLM("Sure! Here is a better version: totally different words")
+    result = run_passes(task="t", draft=original, refiner=Refiner(llm), checker=None, config=config(max_passes=3))
+    assert result.output == original and result.rolled_back and result.low_quality
+    assert "broke the critique/revise protocol" in result.stop_reason
+    assert not result.passes[0].reply.protocol_ok
+
+
+def test_a_later_pass_below_the_floor_rolls_back_to_the_best_pass():
+    llm = ScriptedLLM(reply("v1 good"), reply("v2 destroyed"))
+    checker = StubChecker((0.9, False), (0.5, False), (0.1, False))
+    result = run_passes(
+        task="t", draft="v0", refiner=Refiner(llm), checker=checker, config=config(max_passes=3, similarity_floor=0.2)
+    )
+    assert result.output == "v1 good" and result.rolled_back
+    assert [p.decision for p in result.passes] == [Decision.CONTINUE, Decision.ROLLED_BACK]
+
+
+def test_the_floor_can_be_turned_off():
+    llm = ScriptedLLM(reply("something else entirely"))
+    result = run_passes(
+        task="t",
+        draft="v0",
+        refiner=Refiner(llm),
+        checker=StubChecker((0.03, False), (0.03, False)),
+        config=config(similarity_floor=0.0),
+    )
+    assert result.output == "something else entirely" and not result.rolled_back
+
+
+def test_the_refiner_reads_think_blocks_and_fences_as_models_write_them():
+    raw = "<think>the <revised> block must be short</think>\n```xml\n<critique>\n- x\n</critique>\n<revised>\nbetter\n</revised>\n```"
+    parsed = parse_reply(raw)
+    assert parsed.protocol_ok and parsed.output == "better" and parsed.bullets == ["x"]
+    draft_with_code = "<critique>\n- fine\n</critique>\n<revised>\nRun:\n```sh\nmake <target>\n```\n</revised>"
+    assert parse_reply(draft_with_code).output == "Run:\n```sh\nmake <target>\n```"
+    cut = parse_reply("<critique>\n- a\n</critique>\n<revised>\nhalf of the rev")
+    assert cut.protocol_ok and cut.output == "half of the rev"

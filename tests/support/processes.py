@@ -105,7 +105,10 @@ class CeleryWorker(ManagedProcess):
         env: dict[str, str] | None = None,
         hostname: str = "worker@%h",
         extra: list[str] | None = None,
+        pool: str | None = None,
     ) -> None:
+        # LESSONBOARD_TEST_WORKER_POOL=threads runs the same tests against the LLM worker's pool.
+        pool = pool or os.environ.get("LESSONBOARD_TEST_WORKER_POOL", "prefork")
         cmd = [
             sys.executable,
             "-m",
@@ -120,7 +123,7 @@ class CeleryWorker(ManagedProcess):
             "--concurrency",
             str(concurrency),
             "--pool",
-            "prefork",
+            pool,
             "--hostname",
             hostname,
             "--without-gossip",

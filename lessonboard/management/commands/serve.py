@@ -155,25 +155,10 @@ class Command(BaseCommand):
         if options["no_workers"]:
             return
         data = settings.DATA_DIR
-        worker = [
-            python,
-            "-m",
-            "celery",
-            "-A",
-            "lessonboard",
-            "worker",
-            "--loglevel",
-            "INFO",
-            "--queues",
-            ",".join(settings.WORKER_QUEUES),
-            "--concurrency",
-            str(settings.WORKER_CONCURRENCY),
-            "--hostname",
-            f"worker@{settings.NODE_NAME}",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ]
+        split = settings.LLM_WORKER_THREADS > 0
+        queues = [q for q in settings.WORKER_QUEUES if not split or q not in settings.LLM_WORKER_QUEUES]
+        worker = self._worker_cmd(python, queues, "prefork", settings.WORKER_CONCURRENCY, "worker")
+        llm_worker = self._worker_cmd(python, settings.LLM_WORKER_QUEUES, "threads", settings.LLM_WORKER_THREADS, "llm")
         beat = [
             python,
             "-m",
@@ -189,11 +174,40 @@ class Command(BaseCommand):
             str(data / "celerybeat.pid"),
         ]
         self._spawn("worker", worker, env)
+        if split:
+            self._spawn("llm-worker", llm_worker, env)
         self._spawn("beat", beat, env)
         # Beat's first heartbeat comes one interval later; ask for one now so the Overview fills at once.
         from lessonboard.tasks import heartbeat
 
         heartbeat.delay()
+
+    @staticmethod
+    def _worker_cmd(python: str, queues: list[str], pool: str, concurrency: int, name: str) -> list[str]:
+        """A Celery worker's command line. The LLM worker runs threads: its jobs wait on the LLM's answer
+        with the GIL released, so 16 threads keep 16 calls in flight in one process while the prefork
+        worker's processes stay free for CPU work (docs/benchmarks.md#llm-throughput)."""
+        return [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "lessonboard",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--queues",
+            ",".join(queues),
+            "--pool",
+            pool,
+            "--concurrency",
+            str(concurrency),
+            "--hostname",
+            f"{name}@{settings.NODE_NAME}",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
         self.stdout.write(f"Starting {name}: {' '.join(cmd[1:6])} …")
@@ -249,22 +263,25 @@ class Command(BaseCommand):
 
     def _shutdown(self) -> None:
         self.stdout.write("Stopping lessonboard …")
-        order = ["web", "worker", "beat"]
-        for name in order:
+        # Both workers drain at once (each within the drain timeout), after the web and before beat.
+        order = [("web",), ("worker", "llm-worker"), ("beat",)]
+        for names in order:
             for child in self.children:
-                if child.name == name and child.proc is not None and child.proc.poll() is None:
+                if child.name in names and child.proc is not None and child.proc.poll() is None:
                     child.proc.send_signal(signal.SIGTERM)
-            timeout = settings.DRAIN_TIMEOUT + 5 if name == "worker" else 15
+            timeout = settings.DRAIN_TIMEOUT + 5 if "worker" in names else 15
             for child in self.children:
-                if child.name != name or child.proc is None:
+                if child.name not in names or child.proc is None:
                     continue
                 try:
                     child.proc.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
-                    self.stderr.write(f"{name} did not stop in {timeout:.0f}s; killing it.")
+                    self.stderr.write(f"{child.name} did not stop in {timeout:.0f}s; killing it.")
                     os.killpg(child.proc.pid, signal.SIGKILL)  # its own group: its workers too
                     child.proc.wait()
-            self.stdout.write(f"Stopped {name}.")
+            for name in names:
+                if name == names[0] or any(c.name == name for c in self.children):
+                    self.stdout.write(f"Stopped {name}.")
         clear_status()
         if settings.EMBEDDED_DATABASE:
             from django.db import connections

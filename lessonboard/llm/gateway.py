@@ -7,8 +7,12 @@ provider: ``TransientLLMError`` (timeouts, connection errors, 408/409/425/429, 5
 The client never retries by itself (``max_retries=0``): the callers' queues own retry and backoff, and
 record every attempt.
 
+A rate limit (429, or a 503 naming ``Retry-After``) is ``LLMRateLimited``: neither an outage nor an answer
+for the breaker; it pauses every call to the endpoint for the wait the provider names
+(``lessonboard.llm.ratelimit``), and callers wait without spending attempts.
+
 Errors that say the endpoint is down for everyone (connection errors, timeouts, 5xx) are ``outage``
-errors: they feed the shared circuit breaker (``lessonboard.breaker``). While it is open, calls fail at
+errors: they feed the shared circuit breaker (``lessonboard.llm.breaker``). While it is open, calls fail at
 once with ``LLMUnreachable`` and callers wait instead of spending attempts (docs/operations.md#llm-outage).
 """
 
@@ -58,6 +62,23 @@ class LLMUnreachable(TransientLLMError):
         super().__init__(message, outage=True)
 
 
+class LLMRateLimited(TransientLLMError):
+    """The provider said slow down (429, or 503 with ``Retry-After``), or a pause it asked for is still on
+    and the call was not made (``paused``). ``retry_after``: seconds until calls may go again."""
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after: float | None = None, paused: bool = False
+    ) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
+        self.paused = paused
+
+
+class LLMSaturated(TransientLLMError):
+    """Every one of the node's call slots for the model is taken (``lessonboard.llm.limiter``) and the
+    caller could wait no longer (a web request does not wait at all): the call was not made."""
+
+
 @dataclass(frozen=True)
 class ChatResult:
     text: str
@@ -86,27 +107,57 @@ def unavailable_reason() -> str:
     """Why work that needs the LLM must wait now ("" when it may run): none configured, or an outage."""
     if not is_configured():
         return status_text()
-    from lessonboard import breaker
+    from lessonboard.llm import breaker
 
     outage = breaker.outage()
     return outage.text if outage is not None else ""
 
 
+def availability() -> tuple[str, Any]:
+    """``(reason, pause)`` in one read of the breaker row: why work that needs the LLM must wait undispatched
+    ("" when it may run), and the rate-limit pause in force (``ratelimit.Pause``) or ``None``."""
+    if not is_configured():
+        return status_text(), None
+    from django.utils import timezone
+
+    from lessonboard.llm import breaker, ratelimit
+
+    row = breaker.gate()
+    if row is None:
+        return "", None
+    if row.state in breaker.OPEN_STATES:
+        return breaker._outage_of(row).text, None
+    if row.rate_limits > 0 and row.paused_until is not None and row.paused_until > timezone.now():
+        return "", ratelimit._pause_of(row)
+    return "", None
+
+
 def _guarded(call: Callable[[], T], *, probe: bool = False) -> T:
-    """Run one provider call through the breaker: refuse it while the breaker is open (unless it is the
-    probe), count outage errors, and reset the count on any answer."""
-    from lessonboard import breaker
+    """Run one provider call through the breaker and the rate limit: refuse it while the breaker is open
+    (unless it is the probe) or a rate-limit pause is on, count outage errors, pause on a rate limit, and
+    reset the count (and lift a pause) on any answer."""
+    from lessonboard.llm import breaker, ratelimit
 
     if not probe:
-        outage = breaker.outage()
-        if outage is not None:
-            raise LLMUnreachable(outage.text)
+        row = breaker.gate()
+        if row is not None and row.state in breaker.OPEN_STATES:
+            raise LLMUnreachable(breaker._outage_of(row).text)
+        if row is not None and row.rate_limits > 0:
+            pause = ratelimit.admit(row)
+            if pause is not None:
+                raise LLMRateLimited(pause.text, retry_after=pause.seconds(), paused=True)
     try:
         result = call()
+    except LLMRateLimited as exc:
+        # Neither an outage nor an answer: the breaker's count stays as it is; every caller pauses.
+        pause = ratelimit.record(exc.message, exc.retry_after)
+        if pause is not None:
+            exc.retry_after = pause.seconds()
+        raise
     except LLMError as exc:
         if exc.outage:
             breaker.record_failure(exc.message)
-        elif not isinstance(exc, LLMNotConfigured):
+        elif not isinstance(exc, LLMNotConfigured | LLMSaturated):
             breaker.record_success()  # the endpoint answered (a 400, a garbled body): it is reachable
         raise
     breaker.record_success()
@@ -142,13 +193,16 @@ def chat(
     chosen = model
 
     def create() -> Any:
+        from lessonboard.llm import limiter
+
         try:
-            return api.chat.completions.create(
-                model=chosen,
-                messages=messages,  # type: ignore[arg-type]
-                max_tokens=max_tokens or settings.LLM_MAX_TOKENS,
-                temperature=settings.LLM_TEMPERATURE if temperature is None else temperature,
-            )
+            with limiter.slot(chosen):  # one of the node's LLM_CONCURRENCY slots for the call's length
+                return api.chat.completions.create(
+                    model=chosen,
+                    messages=messages,  # type: ignore[arg-type]
+                    max_tokens=max_tokens or settings.LLM_MAX_TOKENS,
+                    temperature=settings.LLM_TEMPERATURE if temperature is None else temperature,
+                )
         except openai.OpenAIError as exc:
             raise classify(exc) from exc
         except ValueError as exc:  # the client decodes the body itself: a garbled one surfaces as ValueError
@@ -207,8 +261,15 @@ def classify(exc: BaseException) -> LLMError:
     if isinstance(exc, openai.APIConnectionError):
         return TransientLLMError(f"cannot reach the LLM endpoint: {exc}", outage=True)
     if isinstance(exc, openai.APIStatusError):
+        from lessonboard.llm import ratelimit
+
         status = exc.status_code
         message = _provider_message(exc)
+        named = ratelimit.wait_named(getattr(exc.response, "headers", None))
+        if status == 429 or (status == 503 and named is not None):
+            return LLMRateLimited(
+                f"LLM endpoint answered {status} (rate limited): {message}", status=status, retry_after=named
+            )
         if status >= 500:
             return TransientLLMError(f"LLM endpoint answered {status}: {message}", status=status, outage=True)
         if status in TRANSIENT_STATUSES:
