@@ -122,12 +122,14 @@ def parse_request(data: dict[str, Any]) -> tuple[LessonRequest | None, str, str,
     if any(k in data for k in RAW_KEYS):  # chatcli's raw LessonRequest
         raw = validated(ChatcliLessonRequest, data)
         workspace = _workspace(raw.workspace)
+        _required_task(raw.Task, "Task")
         trigger = raw.Trigger.strip().lower()
         if trigger not in Trigger.values:
             raise ApiError(f"'Trigger' must be one of {', '.join(Trigger.values)}", field="Trigger")
         request = LessonRequest(task=raw.Task, attempt=raw.Attempt or "", outcome=raw.Outcome or "", trigger=trigger)
         return request, raw.agent or "", workspace, raw.retrieval_id
     body = validated(AgentResultBody, data)
+    _required_task(body.task, "task")
     workspace = _workspace(body.workspace)
     result = AgentResult(
         task=body.task, output=body.output or "", error=body.error or "", metadata=_metadata(body.metadata)
@@ -135,8 +137,15 @@ def parse_request(data: dict[str, Any]) -> tuple[LessonRequest | None, str, str,
     return detect(result), body.agent or "", workspace, body.retrieval_id
 
 
+def _required_task(task: str, field: str) -> None:
+    """docs/agents.md: the task is required; an empty (or all-blank) one would be every agent's same job."""
+    if not task.strip():
+        raise ApiError(f"'{field}' is required and must not be empty", field=field)
+
+
 def _workspace(value: str | None) -> str:
-    workspace = (value or "").strip()
+    # Spaces around the slug are forgiven; any other whitespace (a trailing newline) is refused.
+    workspace = (value or "").strip(" ")
     if workspace and not re.fullmatch(SLUG_RE, workspace):
         raise ApiError(SLUG_MESSAGE, field="workspace")
     return workspace
@@ -171,7 +180,11 @@ def triggers(request: ApiRequest) -> HttpResponse:
     try:
         result = enqueue(lesson_request, agent=agent, workspace=workspace or None, token=request.agent_token)
     except PayloadTooLarge as exc:
-        raise ApiError(f"lesson record too large: {exc}", status=413, field="output") from exc
+        raise ApiError(
+            f"lesson record too large: {exc} (the limit is {MAX_PAYLOAD} bytes, chatcli's record limit, fixed)",
+            status=413,
+            field="output",
+        ) from exc
     except WalError as exc:
         raise ApiError(str(exc), status=400, field="task") from exc
     except OSError as exc:  # the WAL cannot be written (disk full, permissions): not durable, so not accepted

@@ -49,7 +49,14 @@ class LessonRequest:
 
     @property
     def job_id(self) -> str:
+        """chatcli's JobID (no workspace)."""
         return job_id(task=self.task, attempt=self.attempt, outcome=self.outcome, trigger=self.trigger)
+
+    def job_id_in(self, workspace: str | Workspace | None) -> str:
+        """The dedupe key of this request in ``workspace``: chatcli's JobID when there is none, else the
+        JobID with the workspace slug as one more input (docs/queue.md#dedupe-per-workspace)."""
+        slug = workspace.slug if isinstance(workspace, Workspace) else (workspace or "")
+        return job_id(task=self.task, attempt=self.attempt, outcome=self.outcome, trigger=self.trigger, workspace=slug)
 
 
 @dataclass(frozen=True)
@@ -115,7 +122,7 @@ def enqueue(
     owes its message to the node's dispatcher (``_insert_row``). A JobID seen before, a full node or an
     LLM outage take the rarer paths below."""
     now = now or timezone.now()
-    jid = request.job_id
+    jid = request.job_id_in(workspace)  # per workspace: the same failure in two workspaces is two jobs
     record = WalJob(
         id=jid,
         task=request.task,

@@ -210,6 +210,14 @@ class Job(models.Model):
         )
 
     @property
+    def chatcli_job_id(self) -> str:
+        """chatcli's own JobID of this job's request (the same as ``id`` for a job without a workspace;
+        docs/queue.md#dedupe-per-workspace)."""
+        from lessonq.jobid import job_id
+
+        return job_id(task=self.task, attempt=self.output, outcome=self.outcome, trigger=self.trigger)
+
+    @property
     def is_terminal(self) -> bool:
         return self.state not in ACTIVE
 
