@@ -96,9 +96,10 @@ def outcome_payload(proposals: list[Proposal]) -> dict[str, list[dict[str, Any]]
 )
 def reviews(request: HttpRequest) -> JsonResponse:
     """``POST /api/v1/reviews`` ``{summary, workspace, agent}`` → the four buckets with their reasons."""
-    asked = validated(ReviewBody, json_body(
-            request, max_bytes=settings.REVIEW_SUMMARY_MAX * 4 + 4096, setting="LESSONBOARD_REVIEW_SUMMARY_MAX"
-        ))
+    asked = validated(
+        ReviewBody,
+        json_body(request, max_bytes=settings.REVIEW_SUMMARY_MAX * 4 + 4096, setting="LESSONBOARD_REVIEW_SUMMARY_MAX"),
+    )
     summary, slug, agent = asked.summary or "", asked.workspace, asked.agent or ""
     workspace = workspace_for(request.agent_token, slug)  # type: ignore[attr-defined]
     outage = breaker.outage()
