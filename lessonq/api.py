@@ -96,7 +96,11 @@ class NoTrigger(ResponseModel):
 
 class Queued(ResponseModel):
     job_id: str
-    status: str
+    status: str = Field(
+        description="accepted, deduped (the job is still active), or reinforced (docs/queue.md#repeated-failures)"
+    )
+    lesson_id: int | None = Field(None, description="reinforced: the lesson that counted the occurrence")
+    occurrences: int | None = Field(None, description="reinforced: how often the failure was reported")
     outcome: str | None = Field(None, description="with retrieval_id: failure, or why it was not recorded")
 
 
@@ -170,6 +174,9 @@ def triggers(request: ApiRequest) -> HttpResponse:
         return JsonResponse(
             {"status": "no_trigger", **_outcome(served_for, success=True, token=request.agent_token)}, status=200
         )
+    if not workspace and request.agent_token.workspaces:
+        # A bound token may not report into the workspace-less pool (its lesson would serve every unbound agent).
+        raise ApiError("'workspace' is required for a token bound to workspaces", field="workspace")
     if workspace:
         try:
             workspace_for(request.agent_token, workspace)  # bound tokens; who may create one
@@ -194,6 +201,7 @@ def triggers(request: ApiRequest) -> HttpResponse:
     body = {
         "job_id": result.job_id,
         "status": result.status,
+        **({"lesson_id": result.lesson_id, "occurrences": result.occurrences} if result.lesson_id else {}),
         **_outcome(served_for, success=False, token=request.agent_token),
     }
     return JsonResponse(body, status=202)

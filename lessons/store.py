@@ -315,10 +315,13 @@ persist_lesson = transaction.atomic(persist_in_transaction)
 
 # The lesson a job's earlier run created, else the one it reinforced (its version names the job): one
 # statement, each branch on its own index, that reads ids only (on the queue's path it finds none).
+# Only a lesson still in use counts: a job that runs again because its lesson was archived learns anew
+# (docs/queue.md#repeated-failures).
 PERSISTED_BY_SQL = """
-SELECT id, 0 AS via FROM lessons_lesson WHERE source_job_id = %(job)s
+SELECT id, 0 AS via FROM lessons_lesson WHERE source_job_id = %(job)s AND status = 'active'
 UNION ALL
-SELECT lesson_id, 1 FROM lessons_lessonversion WHERE source_job_id = %(job)s
+SELECT v.lesson_id, 1 FROM lessons_lessonversion v JOIN lessons_lesson l ON l.id = v.lesson_id
+WHERE v.source_job_id = %(job)s AND l.status = 'active'
 ORDER BY via LIMIT 1
 """
 
