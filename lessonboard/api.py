@@ -209,6 +209,20 @@ def too_large(limit: int, setting: str | None = None) -> ApiError:
     return ApiError(f"body larger than the limit of {limit} bytes ({how})", status=413, field="body")
 
 
+def named_workspace(token: AgentToken, slug: str | None, *, create: bool = True) -> Workspace | None:
+    """The workspace a request names, or ``None`` (the workspace-less pool) when it names none. A token
+    bound to workspaces may not use that pool: 400 naming ``workspace`` (docs/security.md#tenancy-and-the-gate).
+    ``create=False`` (reads) never creates one: an unknown workspace is ``None`` after the binding check."""
+    if not slug:
+        if token.workspaces:
+            raise ApiError("'workspace' is required for a token bound to workspaces", field="workspace")
+        return None
+    if create:
+        return workspace_for(token, slug)
+    check_workspace(token, slug)
+    return Workspace.objects.filter(slug=slug).first()
+
+
 def json_body(
     request: HttpRequest, *, max_bytes: int | None = None, keep_text: bool = False, setting: str | None = None
 ) -> dict[str, Any]:
