@@ -149,8 +149,8 @@ def seed() -> Seeded:
 def _seed_queue(workspace: Workspace, result: Seeded) -> None:
     for task, outcome, trigger, fate in TRIGGERS:
         request = ingest.LessonRequest(task=task, attempt="(the agent's output)", outcome=outcome, trigger=trigger)
-        ingest.enqueue(request, agent=AGENT, workspace=workspace)
-        job = Job.objects.get(pk=request.job_id)
+        queued = ingest.enqueue(request, agent=AGENT, workspace=workspace)
+        job = Job.objects.get(pk=queued.job_id)
         if not job.claim(timeout=settings.LESSONQ_JOB_TIMEOUT):
             continue
         attempt = JobAttempt.objects.create(job=job, number=1, worker="demo")

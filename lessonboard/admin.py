@@ -17,6 +17,54 @@ admin.site.site_header = "lessonboard administration"
 admin.site.site_title = "lessonboard admin"
 
 
+# --- every admin write is on /audit/ too ------------------------------------------------------------------
+# Django's admin keeps its own LogEntry for each add, change and delete (single or bulk), through these
+# ModelAdmin methods; each one now also records an AuditEvent (``admin.add``/``admin.change``/
+# ``admin.delete``, the model as object_type, the change message as result), so no admin write — a token's
+# scopes edited, a lesson or a workspace deleted — is missing from the audit log. Patched on the base
+# class, so every app's admin (and any added later) is covered; tests/lessonboard/test_audit_walk.py checks.
+def _audited(verb: str, objects: Any, request: HttpRequest, message: Any = "") -> None:
+    items = list(objects)
+    if not items:
+        return
+    meta = items[0]._meta
+    AuditEvent.record(
+        f"admin.{verb}",
+        user=request.user,
+        object_type=f"{meta.app_label}.{meta.model_name}",
+        object_ids=[obj.pk for obj in items],
+        result={"change": message} if message else {"repr": [str(obj)[:200] for obj in items[:20]]},
+    )
+
+
+_log_addition = admin.ModelAdmin.log_addition
+_log_change = admin.ModelAdmin.log_change
+_log_deletions = admin.ModelAdmin.log_deletions
+
+
+def _log_addition_audited(self: admin.ModelAdmin[Any], request: HttpRequest, obj: Any, message: Any) -> Any:
+    entry = _log_addition(self, request, obj, message)
+    _audited("add", [obj], request, message)
+    return entry
+
+
+def _log_change_audited(self: admin.ModelAdmin[Any], request: HttpRequest, obj: Any, message: Any) -> Any:
+    entry = _log_change(self, request, obj, message)
+    _audited("change", [obj], request, message)
+    return entry
+
+
+def _log_deletions_audited(self: admin.ModelAdmin[Any], request: HttpRequest, queryset: Any) -> Any:
+    entries = _log_deletions(self, request, queryset)
+    _audited("delete", queryset, request)  # called before the rows go: their ids and names are kept
+    return entries
+
+
+admin.ModelAdmin.log_addition = _log_addition_audited  # type: ignore[method-assign]
+admin.ModelAdmin.log_change = _log_change_audited  # type: ignore[method-assign]
+admin.ModelAdmin.log_deletions = _log_deletions_audited  # type: ignore[method-assign]
+
+
 class AgentTokenForm(forms.ModelForm):
     """Scopes as checkboxes (the model stores a JSON list; nobody should type ``["full"]``)."""
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, DataError, IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -204,20 +205,43 @@ def workspace_for(token: AgentToken, slug: str) -> Workspace:
     return workspace
 
 
-def json_body(request: HttpRequest, *, max_bytes: int | None = None, keep_text: bool = False) -> dict[str, Any]:
+def too_large(limit: int, setting: str | None = None) -> ApiError:
+    """The 413: the limit in bytes, and the setting that changes it (or that it is this endpoint's own)."""
+    how = f"set {setting} to change it" if setting else "a fixed limit of this endpoint (docs/api.md#limits)"
+    return ApiError(f"body larger than the limit of {limit} bytes ({how})", status=413, field="body")
+
+
+def named_workspace(token: AgentToken, slug: str | None, *, create: bool = True) -> Workspace | None:
+    """The workspace a request names, or ``None`` (the workspace-less pool) when it names none. A token
+    bound to workspaces may not use that pool: 400 naming ``workspace`` (docs/security.md#tenancy-and-the-gate).
+    ``create=False`` (reads) never creates one: an unknown workspace is ``None`` after the binding check."""
+    if not slug:
+        if token.workspaces:
+            raise ApiError("'workspace' is required for a token bound to workspaces", field="workspace")
+        return None
+    if create:
+        return workspace_for(token, slug)
+    check_workspace(token, slug)
+    return Workspace.objects.filter(slug=slug).first()
+
+
+def json_body(
+    request: HttpRequest, *, max_bytes: int | None = None, keep_text: bool = False, setting: str | None = None
+) -> dict[str, Any]:
     """The request's JSON object, or ``ApiError`` (400 bad JSON / not an object / refused by the input
-    policy of ``lessonboard.inputs``, naming the field; 413 too large). ``keep_text`` leaves NUL and lone
-    surrogates in strings for an endpoint whose text goes into the WAL."""
+    policy of ``lessonboard.inputs``, naming the field; 413 too large, with the limit in bytes and
+    ``setting``, the environment variable that sets it, when there is one). ``keep_text`` leaves NUL and
+    lone surrogates in strings for an endpoint whose text goes into the WAL."""
     if max_bytes is not None:
         length = request.headers.get("Content-Length")
         if length and length.isascii() and length.isdigit() and int(length) > max_bytes:
-            raise ApiError(f"body larger than {max_bytes} bytes", status=413, field="body")
+            raise too_large(max_bytes, setting)
     try:
         raw = request.body
     except Exception as exc:  # RequestDataTooBig from DATA_UPLOAD_MAX_MEMORY_SIZE
-        raise ApiError(f"body too large: {exc}", status=413, field="body") from exc
+        raise too_large(settings.DATA_UPLOAD_MAX_MEMORY_SIZE) from exc
     if max_bytes is not None and len(raw) > max_bytes:
-        raise ApiError(f"body larger than {max_bytes} bytes", status=413, field="body")
+        raise too_large(max_bytes, setting)
     try:
         data = inputs.parse_json(raw or b"null", keep_text=keep_text)
     except inputs.BadInput as exc:

@@ -96,7 +96,11 @@ class NoTrigger(ResponseModel):
 
 class Queued(ResponseModel):
     job_id: str
-    status: str
+    status: str = Field(
+        description="accepted, deduped (the job is still active), or reinforced (docs/queue.md#repeated-failures)"
+    )
+    lesson_id: int | None = Field(None, description="reinforced: the lesson that counted the occurrence")
+    occurrences: int | None = Field(None, description="reinforced: how often the failure was reported")
     outcome: str | None = Field(None, description="with retrieval_id: failure, or why it was not recorded")
 
 
@@ -122,12 +126,14 @@ def parse_request(data: dict[str, Any]) -> tuple[LessonRequest | None, str, str,
     if any(k in data for k in RAW_KEYS):  # chatcli's raw LessonRequest
         raw = validated(ChatcliLessonRequest, data)
         workspace = _workspace(raw.workspace)
+        _required_task(raw.Task, "Task")
         trigger = raw.Trigger.strip().lower()
         if trigger not in Trigger.values:
             raise ApiError(f"'Trigger' must be one of {', '.join(Trigger.values)}", field="Trigger")
         request = LessonRequest(task=raw.Task, attempt=raw.Attempt or "", outcome=raw.Outcome or "", trigger=trigger)
         return request, raw.agent or "", workspace, raw.retrieval_id
     body = validated(AgentResultBody, data)
+    _required_task(body.task, "task")
     workspace = _workspace(body.workspace)
     result = AgentResult(
         task=body.task, output=body.output or "", error=body.error or "", metadata=_metadata(body.metadata)
@@ -135,8 +141,15 @@ def parse_request(data: dict[str, Any]) -> tuple[LessonRequest | None, str, str,
     return detect(result), body.agent or "", workspace, body.retrieval_id
 
 
+def _required_task(task: str, field: str) -> None:
+    """docs/agents.md: the task is required; an empty (or all-blank) one would be every agent's same job."""
+    if not task.strip():
+        raise ApiError(f"'{field}' is required and must not be empty", field=field)
+
+
 def _workspace(value: str | None) -> str:
-    workspace = (value or "").strip()
+    # Spaces around the slug are forgiven; any other whitespace (a trailing newline) is refused.
+    workspace = (value or "").strip(" ")
     if workspace and not re.fullmatch(SLUG_RE, workspace):
         raise ApiError(SLUG_MESSAGE, field="workspace")
     return workspace
@@ -161,6 +174,9 @@ def triggers(request: ApiRequest) -> HttpResponse:
         return JsonResponse(
             {"status": "no_trigger", **_outcome(served_for, success=True, token=request.agent_token)}, status=200
         )
+    if not workspace and request.agent_token.workspaces:
+        # A bound token may not report into the workspace-less pool (its lesson would serve every unbound agent).
+        raise ApiError("'workspace' is required for a token bound to workspaces", field="workspace")
     if workspace:
         try:
             workspace_for(request.agent_token, workspace)  # bound tokens; who may create one
@@ -171,7 +187,11 @@ def triggers(request: ApiRequest) -> HttpResponse:
     try:
         result = enqueue(lesson_request, agent=agent, workspace=workspace or None, token=request.agent_token)
     except PayloadTooLarge as exc:
-        raise ApiError(f"lesson record too large: {exc}", status=413, field="output") from exc
+        raise ApiError(
+            f"lesson record too large: {exc} (the limit is {MAX_PAYLOAD} bytes, chatcli's record limit, fixed)",
+            status=413,
+            field="output",
+        ) from exc
     except WalError as exc:
         raise ApiError(str(exc), status=400, field="task") from exc
     except OSError as exc:  # the WAL cannot be written (disk full, permissions): not durable, so not accepted
@@ -181,6 +201,7 @@ def triggers(request: ApiRequest) -> HttpResponse:
     body = {
         "job_id": result.job_id,
         "status": result.status,
+        **({"lesson_id": result.lesson_id, "occurrences": result.occurrences} if result.lesson_id else {}),
         **_outcome(served_for, success=False, token=request.agent_token),
     }
     return JsonResponse(body, status=202)

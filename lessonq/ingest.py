@@ -49,7 +49,14 @@ class LessonRequest:
 
     @property
     def job_id(self) -> str:
+        """chatcli's JobID (no workspace)."""
         return job_id(task=self.task, attempt=self.attempt, outcome=self.outcome, trigger=self.trigger)
+
+    def job_id_in(self, workspace: str | Workspace | None) -> str:
+        """The dedupe key of this request in ``workspace``: chatcli's JobID when there is none, else the
+        JobID with the workspace slug as one more input (docs/queue.md#dedupe-per-workspace)."""
+        slug = workspace.slug if isinstance(workspace, Workspace) else (workspace or "")
+        return job_id(task=self.task, attempt=self.attempt, outcome=self.outcome, trigger=self.trigger, workspace=slug)
 
 
 @dataclass(frozen=True)
@@ -96,9 +103,11 @@ def outcome_text(result: AgentResult) -> str:
 @dataclass(frozen=True)
 class Enqueued:
     job_id: str
-    status: str  # "accepted" | "deduped"
+    status: str  # "accepted" | "deduped" | "reinforced" (a finished job's lesson counted one more occurrence)
     dispatched: bool = False
     recorded: bool = True  # False: the database was unavailable; the WAL holds it, the sweeper adopts it
+    lesson_id: int | None = None  # "reinforced": the lesson, and its occurrence count now
+    occurrences: int | None = None
 
 
 def enqueue(
@@ -115,7 +124,7 @@ def enqueue(
     owes its message to the node's dispatcher (``_insert_row``). A JobID seen before, a full node or an
     LLM outage take the rarer paths below."""
     now = now or timezone.now()
-    jid = request.job_id
+    jid = request.job_id_in(workspace)  # per workspace: the same failure in two workspaces is two jobs
     record = WalJob(
         id=jid,
         task=request.task,
@@ -256,9 +265,24 @@ def _known(
     finished or dead one is a duplicate, so the record just written goes again (a crash before that
     unlink is repaired by replay: WAL record + finished row → unlink)."""
     with transaction.atomic():
-        state = Job.objects.select_for_update().filter(pk=record.id).values_list("state", flat=True).first()
-        if state in (JobState.PURGED, JobState.EXPIRED):
-            job = record_job(record, agent=agent, workspace=workspace, token=token)
+        row = Job.objects.select_for_update().filter(pk=record.id).values_list("state", "lesson_id").first()
+        state, lesson_id = row if row is not None else (None, None)
+        again = False
+        if state in (JobState.SUCCEEDED, JobState.SKIPPED):
+            # A repeated failure (docs/queue.md#repeated-failures): its lesson counts one more occurrence,
+            # or, when there is no lesson in use any more (archived by a person, deleted, none made), the
+            # job runs again to learn anew.
+            lesson = _lesson_in_use(lesson_id)
+            if lesson is not None:
+                _count_occurrence(lesson, record.id, now=now)
+                wal().ack(record.id)
+                metrics.ENQUEUE.labels(outcome="deduped").inc()
+                return Enqueued(record.id, "reinforced", lesson_id=lesson.pk, occurrences=lesson.occurrences)
+            again = True
+        if again or state in (JobState.PURGED, JobState.EXPIRED):
+            if again:
+                _release_source(record.id)
+            job = record_job(record, agent=agent, workspace=workspace, token=token, again=again)
             dispatched = dispatch(job, now=now)
             metrics.ENQUEUE.labels(outcome="accepted").inc()
             return Enqueued(record.id, "accepted", dispatched=dispatched)
@@ -273,6 +297,47 @@ def _known(
             wal().ack(record.id)
     metrics.ENQUEUE.labels(outcome="deduped").inc()
     return Enqueued(record.id, "deduped")
+
+
+def _lesson_in_use(lesson_id: int | None) -> Any:
+    """The active lesson a finished job's lesson is now (following supersedes), or ``None``."""
+    from lessons.models import Lesson, LessonStatus
+
+    seen: set[int] = set()
+    while lesson_id is not None and lesson_id not in seen:
+        seen.add(lesson_id)
+        lesson = Lesson.objects.select_for_update().filter(pk=lesson_id).first()
+        if lesson is None:
+            return None
+        if lesson.status == LessonStatus.ACTIVE:
+            return lesson
+        if lesson.status != LessonStatus.SUPERSEDED:
+            return None  # archived: a person took it out of use, so the failure is learnt again
+        lesson_id = lesson.superseded_by_id
+    return None
+
+
+def _count_occurrence(lesson: Any, jid: str, *, now: datetime) -> None:
+    from lessons.models import VersionAction
+    from lessons.store import record_version
+
+    lesson.occurrences += 1
+    lesson.last_seen = now
+    lesson.save(update_fields=["occurrences", "last_seen"])
+    record_version(
+        lesson,
+        VersionAction.REINFORCE,
+        actor=f"job:{jid}",
+        reason=f"the same failure was reported again (occurrence {lesson.occurrences})",
+    )
+
+
+def _release_source(jid: str) -> None:
+    """A job that runs again produces a lesson of its own: the lesson it made before, out of use,
+    gives up its ``source_job_id`` (its versions keep the job's id)."""
+    from lessons.models import Lesson, LessonStatus
+
+    Lesson.objects.filter(source_job_id=jid).exclude(status=LessonStatus.ACTIVE).update(source_job_id=None)
 
 
 def _row_fields(
@@ -308,8 +373,10 @@ def record_job(
     workspace: str | Workspace | None = None,
     token: AgentToken | None = None,
     state: str = JobState.PENDING,
+    again: bool = False,
 ) -> Job:
-    """Insert the row for a WAL record (or reset a purged/expired one for a new run)."""
+    """Insert the row for a WAL record (or reset a purged/expired one for a new run; with ``again``, a
+    finished one too: a repeated failure whose lesson is out of use)."""
     ws = Workspace.objects.for_slug(workspace) if isinstance(workspace, str) and workspace else workspace
     fields = _row_fields(
         record, agent=agent, workspace=ws if isinstance(ws, Workspace) else None, token=token, state=state
@@ -322,7 +389,7 @@ def record_job(
                     return Job.objects.create(id=record.id, **fields)
             except IntegrityError:  # another process adopted it first
                 return Job.objects.select_for_update().get(pk=record.id)
-        if job.state in DONE and job.state in (JobState.PURGED, JobState.EXPIRED):
+        if job.state in (JobState.PURGED, JobState.EXPIRED) or (again and job.state in DONE):
             for name, value in fields.items():
                 setattr(job, name, value)
             job.updated_at = timezone.now()

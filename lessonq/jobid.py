@@ -3,6 +3,11 @@
 ``lowercase hex of the first 8 bytes of SHA-256("task:<t>\\0trigger:<g>\\0attempt:<a>\\0outcome:<o>")``,
 with Go's definitions of whitespace (``unicode.IsSpace``) and lower-casing (per-rune simple mapping),
 so the same request gets the same id here and in chatcli.
+
+Per workspace (docs/queue.md#dedupe-per-workspace): a job reported in a workspace appends
+``"\\0workspace:<slug>"`` to that message, so the same failure in two workspaces is two jobs. Without a
+workspace the id is exactly chatcli's; with one it is still 16 lowercase hex digits, so the WAL file name
+and record stay chatcli's format byte for byte (``chatcli_job_id`` of a job gives chatcli's own id back).
 """
 
 from __future__ import annotations
@@ -42,15 +47,17 @@ def normalize_task(task: str) -> str:
     return _SPACE_RUN.sub(" ", go_trim(go_lower(task)))
 
 
-def job_id(*, task: str, attempt: str, outcome: str, trigger: str) -> str:
-    message = "\x00".join(
-        [
-            "task:" + normalize_task(task),
-            "trigger:" + go_lower(go_trim(trigger)),
-            "attempt:" + go_trim(attempt),
-            "outcome:" + go_trim(outcome),
-        ]
-    )
+def job_id(*, task: str, attempt: str, outcome: str, trigger: str, workspace: str = "") -> str:
+    """chatcli's JobID; with ``workspace`` (a slug) the dedupe key of that workspace's job."""
+    parts = [
+        "task:" + normalize_task(task),
+        "trigger:" + go_lower(go_trim(trigger)),
+        "attempt:" + go_trim(attempt),
+        "outcome:" + go_trim(outcome),
+    ]
+    if workspace:
+        parts.append("workspace:" + workspace)
+    message = "\x00".join(parts)
     # Go's JSON decoder turns a lone surrogate escape into U+FFFD before chatcli ever hashes the text.
     return hashlib.sha256(_SURROGATE.sub("\ufffd", message).encode("utf-8")).digest()[:8].hex()
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from lessonboard.inputs import storable
 from lessonboard.models import AgentToken, Workspace
-from lessonq import fingerprints, gojson
+from lessonq import fingerprints, gojson, jobid
 from lessonq.wal import WalJob
 
 
@@ -208,6 +208,12 @@ class Job(models.Model):
             attempts=self.attempts,
             last_error=self.last_error,
         )
+
+    @property
+    def chatcli_job_id(self) -> str:
+        """chatcli's own JobID of this job's request (the same as ``id`` for a job without a workspace;
+        docs/queue.md#dedupe-per-workspace)."""
+        return jobid.job_id(task=self.task, attempt=self.output, outcome=self.outcome, trigger=self.trigger)
 
     # --- transitions --------------------------------------------------------------------------------------
     def _save(self, *fields: str) -> None:

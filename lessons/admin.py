@@ -4,6 +4,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from lessonboard.models import AuditEvent
 from lessons.models import Lesson, LessonStatus, LessonVersion
 from lessons.store import schedule_embedding, set_status
 
@@ -63,7 +64,7 @@ class LessonAdmin(admin.ModelAdmin):
 
     @admin.action(description="Archive the selected lessons (a version each)")
     def archive(self, request: HttpRequest, queryset: QuerySet[Lesson]) -> None:
-        count = 0
+        archived = []
         for lesson in queryset.filter(status=LessonStatus.ACTIVE):
             set_status(
                 lesson,
@@ -72,12 +73,18 @@ class LessonAdmin(admin.ModelAdmin):
                 user=request.user,
                 reason="admin",
             )
-            count += 1
-        self.message_user(request, f"{count} lesson(s) archived.", messages.SUCCESS)
+            archived.append(lesson.pk)
+        # On /audit/ like the page's archive (the admin walk test found this action unaudited).
+        AuditEvent.record(
+            "lesson.archive", user=request.user, object_type="lesson", object_ids=archived, reason="admin"
+        )
+        self.message_user(request, f"{len(archived)} lesson(s) archived.", messages.SUCCESS)
 
     @admin.action(description="Recompute the vectors of the selected lessons")
     def queue_embedding(self, request: HttpRequest, queryset: QuerySet[Lesson]) -> None:
-        schedule_embedding(queryset.values_list("id", flat=True))
+        ids = list(queryset.values_list("id", flat=True))
+        schedule_embedding(ids)
+        AuditEvent.record("lesson.reembed", user=request.user, object_type="lesson", object_ids=ids, reason="admin")
         self.message_user(request, "Embedding queued on the 'embed' worker queue.", messages.SUCCESS)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 from pydantic import Field
 
-from lessonboard.api import ApiError, Described, api_view, check_workspace, json_body, workspace_for
+from lessonboard.api import ApiError, Described, api_view, check_workspace, json_body, named_workspace
 from lessonboard.models import AgentToken, AuditEvent, TokenScope, Workspace
 from lessonboard.schemas import AgentName, OptionalSlug, RequestModel, ResponseModel, Says, Tags, validated
 from lessons import retrieval
@@ -83,6 +83,8 @@ class LessonOut(ResponseModel):
     provenance: str
     access_count: int
     last_accessed: str
+    occurrences: int = Field(description="how often its failure was reported (docs/queue.md#repeated-failures)")
+    last_seen: str | None = None
     score: float
     status: str
     workspace: str | None
@@ -117,7 +119,8 @@ class OutcomeRecorded(ResponseModel):
 
 
 def _workspace(token: AgentToken, slug: str | None) -> Workspace | None:
-    return workspace_for(token, slug) if slug else None
+    # A bound token may not write into the workspace-less pool (400 naming 'workspace').
+    return named_workspace(token, slug)
 
 
 def _lang(value: str | None) -> str:

@@ -34,6 +34,8 @@ class SearchForm(forms.Form):
             ("least_useful", "least useful"),
             ("most_served", "most served"),
             ("flagged", "flagged for review first"),
+            ("most_repeated", "most repeated failure"),
+            ("last_seen", "failure seen most recently"),
         ],
     )
 

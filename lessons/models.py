@@ -72,6 +72,10 @@ class Lesson(models.Model):
     agent = models.CharField(max_length=200, blank=True)
     # The JobID of the queue job that produced it (a string, not a FK: lessons do not depend on the queue).
     source_job_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL keeps the unique constraint partial
+    # How often its failure was reported in its workspace (a trigger matching its finished job adds one,
+    # docs/queue.md#repeated-failures), and when it was last reported.
+    occurrences = models.PositiveIntegerField(default=1)
+    last_seen = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=LessonStatus.choices, default=LessonStatus.ACTIVE)
     superseded_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)

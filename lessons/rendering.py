@@ -26,6 +26,8 @@ def lesson_json(lesson: Lesson) -> dict[str, Any]:
         "provenance": lesson.provenance,
         "access_count": lesson.access_count,
         "last_accessed": lesson.last_accessed.isoformat(),
+        "occurrences": lesson.occurrences,
+        "last_seen": lesson.last_seen.isoformat() if lesson.last_seen else None,
         "score": lesson.score,
         "status": lesson.status,
         "workspace": lesson.workspace.slug if lesson.workspace_id and lesson.workspace else None,

@@ -154,8 +154,45 @@ _STATS_TTL = 300.0
 _stats_cache: dict[str, Any] = {"at": -_STATS_TTL, "freqs": {}, "rows": 0.0}
 
 
+# A workspace's search is pruned by that workspace's own statistics (its newest WORKSPACE_TERM_SAMPLE
+# lessons, through ts_stat), so ``common_terms_left_out`` never tells one tenant what is common in another's.
+WORKSPACE_TERM_SAMPLE = 5000
+_workspace_stats: dict[str, dict[str, Any]] = {}
+
+
 def reset_term_stats() -> None:
     _stats_cache.update(at=-_STATS_TTL, freqs={}, rows=0.0)
+    _workspace_stats.clear()
+
+
+def _workspace_term_frequencies(workspace: str) -> tuple[dict[str, float], float]:
+    now = time.monotonic()
+    entry = _workspace_stats.get(workspace)
+    if entry is None or now - entry["at"] > _STATS_TTL:
+        freqs: dict[str, float] = {}
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT w.id, count(l.id) FROM lessonboard_workspace w LEFT JOIN lessons_lesson l "
+                "ON l.workspace_id = w.id WHERE w.slug = %s GROUP BY w.id",
+                [workspace],
+            )
+            row = cursor.fetchone()
+            ws_id, rows = (int(row[0]), float(row[1])) if row else (None, 0.0)
+            if ws_id is not None and rows >= settings.LESSONS_TEXT_PRUNE_FROM_ROWS:
+                sample = min(rows, float(WORKSPACE_TERM_SAMPLE))
+                inner = (
+                    "SELECT search_vector FROM lessons_lesson WHERE workspace_id = "  # noqa: S608 - an int
+                    f"{ws_id:d} ORDER BY id DESC LIMIT {WORKSPACE_TERM_SAMPLE:d}"
+                )
+                cursor.execute(
+                    "SELECT word, ndoc FROM ts_stat(%s) WHERE ndoc > %s",
+                    [inner, sample * settings.LESSONS_TEXT_COMMON_SHARE],
+                )
+                freqs = {word: ndoc / sample for word, ndoc in cursor.fetchall()}
+        if len(_workspace_stats) > 1000:
+            _workspace_stats.clear()
+        entry = _workspace_stats[workspace] = {"at": now, "freqs": freqs, "rows": rows}
+    return entry["freqs"], entry["rows"]
 
 
 def _term_frequencies() -> tuple[dict[str, float], float]:
@@ -199,10 +236,10 @@ def _lexemes(words: list[str], configs: list[str] | None = None) -> list[str]:
     return sorted(row[0] or []) if row else []
 
 
-def text_terms(query: str, *, keep_rarest: bool = True) -> tuple[list[str], list[str]]:
-    """(lexemes searched, common lexemes left out) for the full-text branch."""
+def text_terms(query: str, *, keep_rarest: bool = True, workspace: str = "") -> tuple[list[str], list[str]]:
+    """(lexemes searched, common lexemes left out) for the full-text branch; in a workspace, by its statistics."""
     lexemes = _lexemes(_tsquery_terms(query_terms(query)), query_configs(query))
-    freqs, rows = _term_frequencies()
+    freqs, rows = _workspace_term_frequencies(workspace) if workspace else _term_frequencies()
     if rows < settings.LESSONS_TEXT_PRUNE_FROM_ROWS or not freqs:
         return lexemes, []
     kept = [lex for lex in lexemes if freqs.get(lex, 0.0) <= settings.LESSONS_TEXT_COMMON_SHARE]
@@ -243,17 +280,18 @@ def text_branch(query: str, base: Any, depth: int, lexemes: list[str] | None = N
 
 
 class QueryVectors:
-    """An LRU cache of query embeddings by (model, text): agents repeat tasks, and the embedding is
-    the largest part of a retrieval's time (docs/lessons.md#latency)."""
+    """An LRU cache of query embeddings by (model, scope, text): agents repeat tasks, and the embedding is
+    the largest part of a retrieval's time (docs/lessons.md#latency). ``scope`` is the workspace searched,
+    so ``query_vector_cached`` never tells one tenant what another asked recently."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._items: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def get(self, provider: embeddings.Provider, text: str) -> tuple[Any, bool]:
-        key = (provider.model_id, text)
+    def get(self, provider: embeddings.Provider, text: str, scope: str = "") -> tuple[Any, bool]:
+        key = (provider.model_id, scope, text)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -278,14 +316,14 @@ _query_vectors: QueryVectors | None = None
 _embedder_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embed")
 
 
-def _embed_query(provider: embeddings.Provider, query: str) -> tuple[Any, bool]:
+def _embed_query(provider: embeddings.Provider, query: str, scope: str = "") -> tuple[Any, bool]:
     """``query_vectors().get`` in a pool thread. An embeddings endpoint reached through the LLM gateway
     reads and writes the breaker's row from this thread, on a connection of its own that no request
     signal ever looks after: do what Django does around a request, so a connection the database dropped
     (a restart, a failover) is replaced instead of failing every later call, and an old one is closed."""
     close_old_connections()
     try:
-        return query_vectors().get(provider, query)
+        return query_vectors().get(provider, query, scope)
     finally:
         close_old_connections()
 
@@ -483,9 +521,9 @@ def _search(
     # branch queries PostgreSQL: both release the GIL (the model in C, the driver on the socket).
     pending = None
     if provider is not None and query.strip() and not hyde:
-        pending = _embedder_pool.submit(_embed_query, provider, query)
+        pending = _embedder_pool.submit(_embed_query, provider, query, filters.workspace)
     if "text" in branches:
-        searched, common = text_terms(query, keep_rarest=provider is None)
+        searched, common = text_terms(query, keep_rarest=provider is None, workspace=filters.workspace)
         rankings["text"] = text_branch(query, base, depth, lexemes=searched)
         explanation["text_terms"] = searched
         if common:
@@ -506,7 +544,9 @@ def _search(
             if explanation["hyde"] and "text" in explanation["hyde"]:
                 vector = provider.embed_documents([embedded_text])[0]
             else:
-                vector, cached = pending.result() if pending is not None else query_vectors().get(provider, query)
+                vector, cached = (
+                    pending.result() if pending is not None else query_vectors().get(provider, query, filters.workspace)
+                )
                 explanation["query_vector_cached"] = cached
         except llm.LLMError as exc:
             # The embeddings endpoint is down (or the LLM breaker is open, docs/operations.md#llm-outage):

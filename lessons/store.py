@@ -203,7 +203,14 @@ def persist_in_transaction(
     content = fact_content(situation, mistake, correction, trigger)
     fid = fact_id(content)
     now = timezone.now()
-    duplicate = Lesson.objects.select_for_update().filter(fact_id=fid, status=LessonStatus.ACTIVE).first()
+    # Scoped like the near-duplicate test: another workspace's lesson with the same text is not ours to
+    # reinforce (nor to name in the answer), and a workspace-less lesson is only the pool's.
+    duplicate = (
+        Lesson.objects.select_for_update()
+        .filter(fact_id=fid, status=LessonStatus.ACTIVE, workspace=workspace)
+        .order_by("-id")
+        .first()
+    )
     if duplicate is not None:
         _reinforce(duplicate, confidence, now=now)
         record_version(
@@ -308,10 +315,13 @@ persist_lesson = transaction.atomic(persist_in_transaction)
 
 # The lesson a job's earlier run created, else the one it reinforced (its version names the job): one
 # statement, each branch on its own index, that reads ids only (on the queue's path it finds none).
+# Only a lesson still in use counts: a job that runs again because its lesson was archived learns anew
+# (docs/queue.md#repeated-failures).
 PERSISTED_BY_SQL = """
-SELECT id, 0 AS via FROM lessons_lesson WHERE source_job_id = %(job)s
+SELECT id, 0 AS via FROM lessons_lesson WHERE source_job_id = %(job)s AND status = 'active'
 UNION ALL
-SELECT lesson_id, 1 FROM lessons_lessonversion WHERE source_job_id = %(job)s
+SELECT v.lesson_id, 1 FROM lessons_lessonversion v JOIN lessons_lesson l ON l.id = v.lesson_id
+WHERE v.source_job_id = %(job)s AND l.status = 'active'
 ORDER BY via LIMIT 1
 """
 
@@ -529,7 +539,7 @@ def import_fact(
     the higher confidence (chatcli's merge of on-disk state, docs/compat/chatcli.md#memory-index) — ``unchanged`` if nothing
     moved. Near-duplicate and supersede tests do not run: an import keeps what the file says.
     """
-    same = Lesson.objects.select_for_update().filter(fact_id=fact.fact_id).order_by("-id")
+    same = Lesson.objects.select_for_update().filter(fact_id=fact.fact_id, workspace=workspace).order_by("-id")
     existing = same.filter(status=LessonStatus.ACTIVE).first() or same.first()
     if existing is not None:
         changed = False

@@ -36,6 +36,9 @@ SORTS: dict[str, tuple[Any, ...]] = {
     "least_useful": (F("usage__usefulness").asc(nulls_last=True), "-id"),
     "most_served": (F("usage__served").desc(nulls_last=True), "-id"),
     "flagged": (F("usage__flagged").desc(nulls_last=True), F("usage__usefulness").asc(nulls_last=True), "-id"),
+    # Repeated failures (docs/queue.md#repeated-failures): how often a lesson's failure was reported.
+    "most_repeated": ("-occurrences", F("last_seen").desc(nulls_last=True), "-id"),
+    "last_seen": (F("last_seen").desc(nulls_last=True), "-id"),
 }
 
 

@@ -10,9 +10,9 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from pydantic import Field
 
-from lessonboard.api import ApiError, ApiRequest, Described, api_view, json_body
+from lessonboard.api import ApiError, ApiRequest, Described, api_view, json_body, named_workspace
 from lessonboard.models import TokenScope
-from lessonboard.schemas import AgentName, QueryModel, RequestModel, ResponseModel, Says, validated
+from lessonboard.schemas import AgentName, OptionalSlug, QueryModel, RequestModel, ResponseModel, Says, validated
 from lessonboard.waiting import poll
 from refine import runs
 from refine.models import AgentRefineMode, RefineMode, RefineRun
@@ -29,6 +29,7 @@ class RefineBody(RequestModel):
     task: Annotated[str, Field(min_length=1, max_length=MAX_TASK_CHARS)]
     draft: Annotated[str, Field(min_length=1, max_length=MAX_DRAFT_CHARS)]
     agent: AgentName | None = None
+    workspace: OptionalSlug | None = Field(None, description="required for a token bound to workspaces")
     max_passes: (
         Annotated[
             int,
@@ -41,10 +42,12 @@ class RefineBody(RequestModel):
 
 class ModeQuery(QueryModel):
     agent: Annotated[str, Field(min_length=1, max_length=200)]
+    workspace: OptionalSlug | None = Field(None, description="modes are per workspace; required for a bound token")
 
 
 class ModeBody(RequestModel):
     agent: Annotated[AgentName, Field(min_length=1)]
+    workspace: OptionalSlug | None = Field(None, description="modes are per workspace; required for a bound token")
     # Any case and surrounding spaces are forgiven (the view folds them), so the enum is what to send,
     # not all that is accepted.
     mode: Annotated[str, Field(min_length=1, max_length=10)] = Field(
@@ -164,6 +167,7 @@ def refine(request: ApiRequest) -> JsonResponse:
         agent=asked.agent or "",
         max_passes=asked.max_passes,
         token=request.agent_token,
+        workspace=named_workspace(request.agent_token, asked.workspace),
     )
     # A waiting request holds a web thread: only LESSONBOARD_REFINE_API_MAX_WAITERS per web process wait
     # at once, the others answer 202 at once, so health checks and pages always find a free thread.
@@ -186,8 +190,11 @@ def refine(request: ApiRequest) -> JsonResponse:
     describe=Described("A Self-Refine run", responses={200: RefineRunOut}),
 )
 def refine_run(request: ApiRequest, run_id: int) -> JsonResponse:
-    run = RefineRun.objects.filter(pk=run_id).first()
-    if run is None:
+    run = RefineRun.objects.select_related("workspace").filter(pk=run_id).first()
+    bound = request.agent_token.workspaces
+    # A bound token reads its own workspaces' runs only; another's is as absent as one never made (ids
+    # are sequential: a 403 would confirm it exists).
+    if run is None or (bound and (run.workspace is None or run.workspace.slug not in bound)):
         raise ApiError(f"no refine run {run_id}", status=404, field="id")
     return JsonResponse(run_json(run, request))
 
@@ -206,10 +213,12 @@ def refine_mode(request: ApiRequest) -> JsonResponse:
     """GET ``?agent=x`` → the agent's mode; POST ``{agent, mode}`` sets it (on / off / once / auto, and
     chatcli's aliases next = once, clear = auto)."""
     if request.method == "GET":
-        agent = validated(ModeQuery, request.GET.dict()).agent.strip()
+        query = validated(ModeQuery, request.GET.dict())
+        agent = query.agent.strip()
         if not agent:
             raise ApiError("'agent' is required", field="agent")
-        return JsonResponse({"agent": agent.lower(), "mode": AgentRefineMode.objects.mode_for(agent)})
+        workspace = named_workspace(request.agent_token, query.workspace, create=False)
+        return JsonResponse({"agent": agent.lower(), "mode": AgentRefineMode.objects.mode_for(agent, workspace)})
     body = validated(ModeBody, json_body(request, max_bytes=8192))
     agent = body.agent.strip()
     if not agent:
@@ -219,5 +228,6 @@ def refine_mode(request: ApiRequest) -> JsonResponse:
     mode = MODE_ALIASES.get(mode, mode)
     if mode not in RefineMode.values:
         raise ApiError(f"'mode' must be one of {', '.join(RefineMode.values)}", field="mode")
-    row = runs.set_mode(agent, mode, token=request.agent_token)
+    workspace = named_workspace(request.agent_token, body.workspace)
+    row = runs.set_mode(agent, mode, token=request.agent_token, workspace=workspace)
     return JsonResponse({"agent": row.agent, "mode": row.mode})

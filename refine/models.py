@@ -9,7 +9,7 @@ from django.db import models
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
-from lessonboard.models import AgentToken
+from lessonboard.models import AgentToken, Workspace
 
 
 class RunStatus(models.TextChoices):
@@ -94,6 +94,8 @@ class RefineRun(models.Model):
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     requested_by = models.ForeignKey(AgentToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # The workspace the agent named: a token bound to workspaces reads only its own workspaces' runs.
+    workspace = models.ForeignKey(Workspace, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -211,15 +213,18 @@ class RefineMode(models.TextChoices):
 
 
 class AgentRefineModeQuerySet(models.QuerySet["AgentRefineMode"]):
-    def mode_for(self, agent: str) -> str:
-        row = self.filter(agent=agent.strip().lower()).first()
+    def mode_for(self, agent: str, workspace: Workspace | None = None) -> str:
+        """The agent's mode in ``workspace`` (modes are per workspace: another tenant's agent of the same
+        name has its own; ``None`` is the workspace-less pool's)."""
+        row = self.filter(agent=agent.strip().lower(), workspace=workspace).first()
         return row.mode if row else RefineMode.AUTO
 
 
 class AgentRefineMode(models.Model):
     """chatcli's session override ``/refine on|off|once|auto``, kept per agent (names compared lowercased)."""
 
-    agent = models.CharField(max_length=200, unique=True)
+    agent = models.CharField(max_length=200)
+    workspace = models.ForeignKey(Workspace, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
     mode = models.CharField(max_length=10, choices=RefineMode.choices, default=RefineMode.AUTO)
     updated_at = models.DateTimeField(default=timezone.now)
     updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -229,7 +234,12 @@ class AgentRefineMode(models.Model):
 
     class Meta:
         ordering = ["agent"]
-        constraints = [models.CheckConstraint(condition=Q(mode__in=RefineMode.values), name="refine_mode_valid")]
+        constraints = [
+            models.CheckConstraint(condition=Q(mode__in=RefineMode.values), name="refine_mode_valid"),
+            models.UniqueConstraint(
+                fields=["workspace", "agent"], name="refine_mode_unique_agent", nulls_distinct=False
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.agent}: {self.mode}"

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from lessonboard import breaker
 from lessonboard.celery import app
-from lessonboard.models import AgentToken, AuditEvent
+from lessonboard.models import AgentToken, AuditEvent, Workspace
 from refine import metrics
 from refine.convergence import Checker, process_cascade
 from refine.models import AgentRefineMode, RefineMode, RefinePass, RefineRun, RunStatus
@@ -29,14 +29,14 @@ RUN_REFINE = "refine.tasks.run_refine"  # the task (refine/tasks.py) and its que
 RUN_REFINE_QUEUE = "llm"
 
 
-def mode_decision(agent: str) -> tuple[bool, str]:
-    """Whether the agent's mode lets this run refine, and why not. ``once`` is consumed here."""
+def mode_decision(agent: str, workspace: Workspace | None = None) -> tuple[bool, str]:
+    """Whether the agent's mode (in ``workspace``) lets this run refine, and why not. ``once`` is consumed here."""
     key = agent.strip().lower()
-    mode = AgentRefineMode.objects.mode_for(key)
+    mode = AgentRefineMode.objects.mode_for(key, workspace)
     if mode == RefineMode.OFF:
         return False, f"refine is off for agent '{key}'"
     if mode == RefineMode.ONCE:
-        AgentRefineMode.objects.filter(agent=key, mode=RefineMode.ONCE).update(
+        AgentRefineMode.objects.filter(agent=key, workspace=workspace, mode=RefineMode.ONCE).update(
             mode=RefineMode.AUTO, updated_at=timezone.now()
         )
         return True, ""
@@ -47,7 +47,13 @@ def mode_decision(agent: str) -> tuple[bool, str]:
 
 @transaction.atomic
 def start_run(
-    *, task: str, draft: str, agent: str = "", max_passes: int | None = None, token: AgentToken | None = None
+    *,
+    task: str,
+    draft: str,
+    agent: str = "",
+    max_passes: int | None = None,
+    token: AgentToken | None = None,
+    workspace: Workspace | None = None,
 ) -> RefineRun:
     """Record a run and publish it to the ``llm`` queue after commit, or record it as skipped (output =
     the draft) when the agent's mode or chatcli's preconditions say no."""
@@ -58,9 +64,10 @@ def start_run(
         agent=agent.strip(),
         max_passes=config.max_passes if config.max_passes > 0 else 1,
         requested_by=token,
+        workspace=workspace,
         reflexion=reflexion_on_low_quality(),
     )
-    allowed, why = mode_decision(agent)
+    allowed, why = mode_decision(agent, workspace)
     why = why or skip_reason(agent=agent, draft=draft, config=config)
     if not allowed or why:
         now = timezone.now()
@@ -210,7 +217,7 @@ def queue_low_quality_lesson(run: RefineRun) -> str:
         task=run.task, attempt=run.final_output, outcome=outcome_text(result), trigger=Trigger.LOW_QUALITY.value
     )
     try:
-        queued = enqueue(request, agent=run.agent, token=run.requested_by)
+        queued = enqueue(request, agent=run.agent, workspace=run.workspace, token=run.requested_by)
     except (OSError, WalError):
         log.warning("refine: run %s ended low-quality but its lesson job could not be queued", run.pk, exc_info=True)
         return ""
@@ -237,10 +244,13 @@ def choose_output(run: RefineRun, number: int, *, user: Any) -> None:
         )
 
 
-def set_mode(agent: str, mode: str, *, user: Any = None, token: AgentToken | None = None) -> AgentRefineMode:
+def set_mode(
+    agent: str, mode: str, *, user: Any = None, token: AgentToken | None = None, workspace: Workspace | None = None
+) -> AgentRefineMode:
     key = agent.strip().lower()
     row, _ = AgentRefineMode.objects.update_or_create(
         agent=key,
+        workspace=workspace,
         defaults={
             "mode": mode,
             "updated_at": timezone.now(),
@@ -254,7 +264,7 @@ def set_mode(agent: str, mode: str, *, user: Any = None, token: AgentToken | Non
         token=token,
         object_type="refine_agent_mode",
         object_ids=[key],
-        result={"mode": mode},
+        result={"mode": mode, "workspace": workspace.slug if workspace else None},
     )
     return row
 

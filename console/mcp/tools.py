@@ -28,6 +28,7 @@ from lessonboard.api import ApiError, call_view, workspace_for
 from lessonboard.models import AgentToken, TokenScope
 from lessons.review.api_views import outcome_payload, workspace_slug
 from lessons.review.proposals import InvalidProposal, parse_proposal
+from lessons.review.scoring import rescored
 from lessons.review.staging import run_review
 
 # The token the current /mcp request authenticated with; set by the view around each request.
@@ -161,7 +162,14 @@ async def propose_memory(
         str | None, Field(description="A unique part of the entry to replace or remove (replace/remove).")
     ] = None,
     rationale: Annotated[str, Field(description="Why this belongs in memory.")] = "",
-    score: Annotated[float, Field(description="Your confidence, 0 to 1.", ge=0.0, le=1.0)] = 0.7,
+    score: Annotated[
+        float,
+        Field(
+            description="Your confidence, 0 to 1: advisory, shown to the reviewer; the server scores it.",
+            ge=0.0,
+            le=1.0,
+        ),
+    ] = 0.5,
     workspace: Annotated[str, Field(description="The workspace (project slug) whose memory to change.")] = "default",
     situation: Annotated[str | None, Field(description="For a lesson: the situation in which it applies.")] = None,
     mistake: Annotated[str | None, Field(description="For a lesson: what went wrong.")] = None,
@@ -194,6 +202,8 @@ def _propose(raw: dict[str, Any], slug: str, agent: str) -> dict[str, Any]:
         summary += f" — {proposal.rationale}"
     summary = summary[: settings.REVIEW_SUMMARY_MAX]
     # The agent is the proposer: the pass, its gates, the store and the records are the API's own.
+    # The gate reads the server's score (docs/reviews.md#who-scores); the agent's own is advisory.
+    proposal = rescored(proposal)
     result = run_review(workspace, summary, agent=agent, proposer=lambda _summary: [proposal], token=token)
     if result.error is not None:
         raise ToolError(f"{result.error.stage}: {result.error.message}")

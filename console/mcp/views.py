@@ -20,7 +20,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
 from console.mcp.tools import current_token, server
-from lessonboard.api import ApiError, bearer_token
+from lessonboard.api import ApiError, bearer_token, too_large
 from lessonboard.models import TokenScope
 
 # Django already checks the Host header (ALLOWED_HOSTS) and a bearer token is required: there is no
@@ -42,7 +42,7 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         return response
     body = request.body
     if len(body) > settings.MCP_MAX_BODY:
-        return ApiError(f"body larger than {settings.MCP_MAX_BODY} bytes", status=413, field="body").response()
+        return too_large(settings.MCP_MAX_BODY, "LESSONBOARD_MCP_MAX_BODY").response()
     if not offline:
         token.touch()
     reset = current_token.set(token)

@@ -143,7 +143,9 @@ def prepare(request: HttpRequest, slug: str) -> JsonResponse:
 )
 def commit(request: HttpRequest, slug: str) -> JsonResponse:
     workspace = _workspace(request, slug)
-    data = json_body(request, max_bytes=settings.REFLECT_MAX_COMMIT_BYTES)
+    data = json_body(
+        request, max_bytes=settings.REFLECT_MAX_COMMIT_BYTES, setting="LESSONBOARD_REFLECT_MAX_COMMIT_BYTES"
+    )
     body = validated(CommitBody, data)
     agent, dry_run = body.agent or "", bool(body.dry_run)
     try:

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from lessonboard.models import AgentToken, Workspace
+from lessonboard.models import AgentToken, AuditEvent, Workspace
 from lessons.reflect import bootstrap
 from lessons.reflect.engine import MANIFEST_PATH, strip_injection_chars, validate
 from lessons.reflect.models import (
@@ -87,6 +87,14 @@ def commit_reflection(
             f"wrote {len(written)} bootstrap file(s)",
             {"files": written, "snapshot_hash": manifest.get("snapshot_hash"), "targets": manifest.get("targets")},
             agent=agent,
+        )
+        # Files written into a repository are a write like any other: on /audit/ too.
+        AuditEvent.record(
+            "reflect.commit",
+            token=token,
+            object_type="workspace",
+            object_ids=[workspace.pk],
+            result={"written": written, "agent": agent},
         )
         return {"ok": True, "written": written, "manifest": manifest}
 
@@ -181,6 +189,13 @@ def _stage(
         f"proposal #{proposal.pk} awaits review ({len(rel_paths)} file(s))",
         {"proposal_id": proposal.pk, "files": rel_paths, "snapshot_hash": proposal.snapshot_hash},
         agent=agent,
+    )
+    AuditEvent.record(
+        "reflect.stage",
+        token=token,
+        object_type="doc_proposal",
+        object_ids=[proposal.pk],
+        result={"files": rel_paths, "agent": agent},
     )
     return {"ok": True, "pending": True, "proposal_id": proposal.pk, "would_write": rel_paths, "message": STAGED}
 

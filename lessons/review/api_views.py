@@ -112,7 +112,10 @@ def _saturated(slug: str, *, run: int | None = None) -> JsonResponse:
 )
 def reviews(request: HttpRequest) -> JsonResponse:
     """``POST /api/v1/reviews`` ``{summary, workspace, agent}`` → the four buckets with their reasons."""
-    asked = validated(ReviewBody, json_body(request, max_bytes=settings.REVIEW_SUMMARY_MAX * 4 + 4096))
+    asked = validated(
+        ReviewBody,
+        json_body(request, max_bytes=settings.REVIEW_SUMMARY_MAX * 4 + 4096, setting="LESSONBOARD_REVIEW_SUMMARY_MAX"),
+    )
     summary, slug, agent = asked.summary or "", asked.workspace, asked.agent or ""
     workspace = workspace_for(request.agent_token, slug)  # type: ignore[attr-defined]
     outage = breaker.outage()

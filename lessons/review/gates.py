@@ -3,8 +3,9 @@ reason is kept), or ``hold`` (it waits in the approval queue as ``pending``).
 
 - ``score_gate(threshold)``: hermes' ``scoreThresholdGate``, score ≥ threshold (inclusive) approves.
 - ``human_gate``: everything waits for a person.
-- ``risk_gate(threshold)``, the default: adds at or above the threshold auto-apply (below: rejected),
-  replace and remove always wait for a person, lesson-target writes wait for a person.
+- ``risk_gate(threshold)``, the default: adds to ``memory`` at or above the threshold auto-apply (below:
+  rejected); every write to the ``user`` file, every replace and remove, and lesson-target writes wait
+  for a person.
 - ``configured_gate()`` picks one per target and op from settings (``LESSONBOARD_REVIEW_GATES``).
 
 Every verdict also carries what the score gate alone would have said (``auto_approve``), so the
@@ -52,6 +53,8 @@ def risk_gate(threshold: float) -> GateFn:
             return Verdict("hold", f"lesson writes wait for a person ({reason})", gate="risk", auto_approve=ok)
         if proposal.op in ("replace", "remove"):
             return Verdict("hold", f"{proposal.op} waits for a person ({reason})", gate="risk", auto_approve=ok)
+        if proposal.target == "user":
+            return Verdict("hold", f"user-file writes wait for a person ({reason})", gate="risk", auto_approve=ok)
         return Verdict("approve" if ok else "reject", reason, gate="risk", auto_approve=ok)
 
     return gate

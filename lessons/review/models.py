@@ -156,7 +156,10 @@ class Proposal(models.Model):
     old_text = models.TextField(blank=True)
     lesson = models.JSONField(default=dict, blank=True)  # situation / mistake / correction / trigger / tags
     rationale = models.TextField(blank=True)
-    score = models.FloatField()
+    score = models.FloatField()  # what the gate read: the reviewing model's or the server's, never the writer's
+    agent_score = models.FloatField(
+        null=True, blank=True, help_text="The proposing agent's own confidence: advisory, shown, not gated on."
+    )
     original = models.JSONField(default=dict, blank=True)  # the proposal as proposed, before any edit
     status = models.CharField(max_length=10, choices=ProposalStatus.choices)
     gate = models.CharField(max_length=10, blank=True)  # auto / human / risk: the policy that decided
@@ -222,6 +225,8 @@ class Proposal(models.Model):
             "rationale": self.rationale,
             "score": self.score,
         }
+        if self.agent_score is not None:
+            data["agent_score"] = self.agent_score
         if self.op in ("add", "replace") and self.target != "lesson":
             data["content"] = self.content
         if self.op in ("replace", "remove"):

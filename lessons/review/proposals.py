@@ -35,6 +35,10 @@ class ReviewProposal(BaseModel):
     lesson: LessonFields | None = None
     rationale: str = Field(default="", max_length=4_000)
     score: float = Field(ge=0.0, le=1.0, strict=True)
+    # Set by the server (lessons.review.scoring.rescored) for a proposal an agent wrote itself: its own
+    # score, advisory, and why the server's ``score`` is what it is. Never read from the proposer's input.
+    agent_score: float | None = Field(default=None, exclude=True)
+    score_reason: str = Field(default="", exclude=True)
 
     @model_validator(mode="after")
     def _fields_for_op(self) -> ReviewProposal:
@@ -65,6 +69,8 @@ def parse_proposal(raw: Any) -> ReviewProposal:
     """``raw`` as a ``ReviewProposal``, or ``InvalidProposal('Invalid review proposal: …')``."""
     if isinstance(raw, ReviewProposal):
         return raw
+    if isinstance(raw, dict):  # set by the server only, never by whoever wrote the proposal
+        raw = {k: v for k, v in raw.items() if k not in ("agent_score", "score_reason")}
     try:
         return ReviewProposal.model_validate(raw)
     except ValidationError as exc:

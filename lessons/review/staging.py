@@ -40,10 +40,13 @@ def save_item(run: ReviewRun, position: int, item: Item) -> None:
         lesson=proposal.lesson.model_dump() if proposal.lesson else {},
         rationale=proposal.rationale,
         score=proposal.score,
+        agent_score=proposal.agent_score,
         original=proposal.as_dict(),
         status=item.bucket,
         gate=verdict.gate if verdict else "",
-        gate_reason=verdict.reason if verdict else "",
+        gate_reason=(verdict.reason + (f" [{proposal.score_reason}]" if proposal.score_reason else ""))
+        if verdict
+        else "",
         auto_approve=verdict.auto_approve if verdict else False,
         decision=Decision.AUTO if item.bucket in ("applied", "failed", "rejected") else Decision.NONE,
         message=item.outcome.message if item.outcome else "",

@@ -54,15 +54,24 @@ class Impact:
         return out
 
 
-def preview(*, situation: str, mistake: str, correction: str, tags: list[str]) -> Impact:
+def preview(*, situation: str, mistake: str, correction: str, tags: list[str], workspace: str | None = None) -> Impact:
+    """``workspace``: the proposal's workspace slug — only tasks retrieval would serve it for count: that
+    workspace's and those searched across every workspace (``""``), never another tenant's; ``None``
+    keeps all (callers without one). A task asked several times counts once (its newest retrieval)."""
     provider = embeddings.provider()
     if provider is None:
         return Impact(False, "no embedding provider is configured, so recent tasks cannot be compared")
-    rows = list(
-        Retrieval.objects.filter(embedding__isnull=False, embedding_model=provider.model_id)
-        .order_by("-created_at", "-id")
-        .values_list("id", "task", "agent", "created_at", "embedding")[: settings.LESSONBOARD_IMPACT_WINDOW]
-    )
+    logged = Retrieval.objects.filter(embedding__isnull=False, embedding_model=provider.model_id)
+    if workspace is not None:
+        logged = logged.filter(workspace__in=[workspace, ""])
+    rows, seen = [], set()
+    for row in logged.order_by("-created_at", "-id").values_list("id", "task", "agent", "created_at", "embedding")[
+        : settings.LESSONBOARD_IMPACT_WINDOW
+    ]:
+        key = " ".join(str(row[1]).lower().split())
+        if key not in seen:  # the same task asked again is one task, not one per time it was asked
+            seen.add(key)
+            rows.append(row)
     if not rows:
         return Impact(False, "no recent retrieval has been logged with a task vector yet")
     draft = Lesson(situation=situation, mistake=mistake, correction=correction, tags=tags)

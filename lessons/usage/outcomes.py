@@ -1,7 +1,9 @@
 """Outcomes: how a task went after lessons were served for it, and what that says about each lesson.
 
 A lesson's **usefulness** is the mean, over the tasks it was served for that have an outcome, of
-``success − baseline``, where ``baseline`` is the success rate of every reported task of the same agent.
+``success − baseline``, where ``baseline`` is the success rate of every reported task of the same agent
+in the same workspace (an agent name is not an identity across tenants: outcomes reported in one
+workspace never move another's baseline).
 A lesson served to an agent that succeeds 90 % of the time earns little for a success and loses much for a
 failure; one served to a struggling agent earns much for a success. It stays empty (NULL, shown as "—")
 until ``LESSONS_USEFULNESS_MIN_SAMPLES`` outcomes exist: three samples say nothing.
@@ -13,6 +15,7 @@ followed by failures more often than its agents fail anyway.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -63,12 +66,14 @@ def _may_report(token: AgentToken, row: Retrieval) -> bool:
     return row.token_id == token.pk or token.may_name(row.workspace)
 
 
-def baselines() -> dict[str, float]:
-    """Each agent's success rate over all its reported tasks."""
+def baselines() -> dict[tuple[str, str], float]:
+    """Each ``(workspace, agent)``'s success rate over all its reported tasks."""
     rows = (
-        Retrieval.objects.with_outcome().values("agent").annotate(n=Count("id"), ok=Count("id", filter=Q(success=True)))
+        Retrieval.objects.with_outcome()
+        .values("workspace", "agent")
+        .annotate(n=Count("id"), ok=Count("id", filter=Q(success=True)))
     )
-    return {row["agent"]: row["ok"] / row["n"] for row in rows if row["n"]}
+    return {(row["workspace"], row["agent"]): row["ok"] / row["n"] for row in rows if row["n"]}
 
 
 def refresh_usage(lesson_ids: Iterable[int] | None = None) -> int:
@@ -84,9 +89,10 @@ def refresh_usage(lesson_ids: Iterable[int] | None = None) -> int:
     if not ids:
         return 0
     base = baselines()
-    samples: dict[int, list[tuple[str, bool]]] = defaultdict(list)
-    for lesson_id, agent, success in served.values_list("lesson_id", "retrieval__agent", "retrieval__success"):
-        samples[lesson_id].append((agent, bool(success)))
+    samples: dict[int, list[tuple[tuple[str, str], bool]]] = defaultdict(list)
+    rows = served.values_list("lesson_id", "retrieval__workspace", "retrieval__agent", "retrieval__success")
+    for lesson_id, workspace, agent, success in rows:
+        samples[lesson_id].append(((workspace, agent), bool(success)))
     minimum = settings.LESSONS_USEFULNESS_MIN_SAMPLES
     now = timezone.now()
     LessonUsage.objects.bulk_create([LessonUsage(lesson_id=pk) for pk in ids], ignore_conflicts=True)
@@ -96,7 +102,8 @@ def refresh_usage(lesson_ids: Iterable[int] | None = None) -> int:
         ok = sum(1 for _, success in outcomes if success)
         usefulness = None
         if n >= minimum:
-            usefulness = sum((1.0 if success else 0.0) - base.get(agent, 0.5) for agent, success in outcomes) / n
+            # fsum and rounding: a usefulness of exactly zero is 0.0, not -4.4e-17 (which flagged it)
+            usefulness = round(math.fsum((1.0 if ok_ else 0.0) - base.get(key, 0.5) for key, ok_ in outcomes) / n, 9)
         flagged = usefulness is not None and usefulness < 0 and (n - ok) / n >= settings.LESSONS_FLAG_FAILURE_RATE
         LessonUsage.objects.filter(lesson_id=pk).update(
             outcomes=n, successes=ok, usefulness=usefulness, flagged=flagged, updated_at=now

@@ -67,6 +67,7 @@ def proposal_impact(request: HttpRequest, pk: int) -> HttpResponse:
         mistake=str(fields.get("mistake", "")),
         correction=str(fields.get("correction", "")),
         tags=[str(t) for t in fields.get("tags", [])],
+        workspace=row.workspace.slug,  # only the proposal's workspace's tasks
     )
     context = {"row": row, "impact": result, "top": impact.TOP}
     template = "lessons/usage/_impact.html" if getattr(request, "htmx", False) else "lessons/usage/impact.html"

@@ -70,7 +70,8 @@ def test_the_tour_turns_a_trigger_into_a_lesson_and_a_pending_proposal(stack: St
     )
 
     again = json.loads(run_ok(stack, example("README.md", "tour-trigger"), tmp_path))
-    assert again == {"job_id": accepted["job_id"], "status": "deduped"}
+    # Learnt already: the lesson counts the second occurrence (docs/queue.md#repeated-failures).
+    assert again == {"job_id": accepted["job_id"], "status": "reinforced", "lesson_id": lesson.pk, "occurrences": 2}
 
     found = json.loads(run_ok(stack, example("README.md", "tour-retrieve"), tmp_path))
     assert found["memory_block"].startswith("## Long-term Memory\n- [lesson] LESSON: editing a large source file")

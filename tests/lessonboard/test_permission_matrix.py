@@ -158,3 +158,100 @@ def test_the_admin_is_staff_only() -> None:
             assert response.status_code == 302 and "/admin/login/" in response["Location"], (role, url)
     anonymous = Client().get("/admin/lessonboard/agenttoken/")
     assert anonymous.status_code == 302 and "/admin/login/" in anonymous["Location"]
+
+
+# --- two workspaces and a token bound to one (docs/security.md#tenancy-and-the-gate) ------------------------
+SECRET = "SECRET-OF-B"
+
+
+@pytest.fixture
+def two_workspaces(settings: Any, tmp_path: Any) -> dict[str, Any]:
+    """ws-a and ws-b, ws-b holding a lesson, a retrieval, a refine run and a proposal that mention SECRET."""
+    from lessonboard.models import Workspace
+    from lessons.review.models import Proposal, ReviewRun
+    from lessons.store import persist_lesson
+    from lessons.usage.models import Retrieval
+    from refine.models import RefineRun
+
+    base = tmp_path / "lessonq"
+    for sub in ("wal", "dlq", "quarantine", "expired"):
+        (base / sub).mkdir(parents=True)
+    settings.LESSONQ_BASE_DIR = base
+    settings.NODE_NAME = "q3" + uuid.uuid4().hex[:8]
+    settings.LESSONQ_QUEUE = f"lessonq.{settings.NODE_NAME}"
+    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    settings.REFINE_ENABLED = False
+    Workspace.objects.create(slug="ws-a", name="ws-a")
+    ws_b = Workspace.objects.create(slug="ws-b", name="ws-b")
+    persist_lesson(situation=f"deploy {SECRET}", mistake="", correction=SECRET, tags=[], trigger="m", workspace=ws_b)
+    retrieval = Retrieval.objects.create(task=f"deploy {SECRET}", agent="coder", workspace="ws-b", k=5)
+    run = RefineRun.objects.create(
+        task=SECRET, original_draft=SECRET, final_output=SECRET, status="done", agent="coder", workspace=ws_b
+    )
+    review = ReviewRun.objects.create(workspace=ws_b, summary=SECRET)
+    Proposal.objects.create(
+        run=review, workspace=ws_b, target="memory", op="add", content=SECRET, score=0.9, status="pending",
+        auto_approve=True,
+    )  # fmt: skip
+    return {"run": run.pk, "retrieval": retrieval.pk}
+
+
+def _probe(endpoint: Endpoint, ids: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The endpoint's URL pointed at ws-b's objects, and a body/query naming ws-b with every field any
+    endpoint needs (the models ignore the others)."""
+
+    def value(match: re.Match[str]) -> str:
+        converter, name = match.group(1), match.group(2)
+        if name == "slug":
+            return "ws-b"
+        if name == "target":
+            return "memory"
+        if converter == "int":
+            return str(ids["run"])
+        return "probe"
+
+    url = "/" + re.sub(r"<(?:(\w+):)?(\w+)>", value, endpoint.route)
+    body = {
+        "workspace": "ws-b", "task": f"deploy {SECRET}", "error": "boom", "text": "x", "summary": "s",
+        "agent": "coder", "mode": "off", "draft": "d", "retrieval_id": ids["retrieval"], "success": False,
+        "situation": "s", "correction": "c", "files": {},
+    }  # fmt: skip
+    return url, body
+
+
+@pytest.mark.parametrize("endpoint", APIS, ids=lambda e: e.route)
+def test_a_bound_token_cannot_read_or_change_another_workspace(endpoint: Endpoint, two_workspaces: Any) -> None:
+    """Generated over every API endpoint: naming ws-b (body, query, path) or its objects' ids with a token
+    bound to ws-a is refused or answers nothing of ws-b, and changes no row."""
+    import json
+
+    token = issue_token("bound-a", [TokenScope.FULL, TokenScope.INGEST], workspaces=["ws-a"]).plaintext
+    url, body = _probe(endpoint, two_workspaces)
+    before = row_counts()
+    for method in METHODS:
+        if method == "GET":
+            response = Client().get(url, body, headers={"Authorization": f"Bearer {token}"})
+        else:
+            response = Client().post(
+                url, json.dumps(body), content_type="application/json", headers={"Authorization": f"Bearer {token}"}
+            )
+        text = response.content.decode()
+        assert response.status_code < 500, (method, response.status_code, text[:300])
+        assert SECRET not in text, (method, response.status_code, text[:300])
+        if response.status_code < 300 and endpoint.route not in ("mcp",):
+            assert '"ws-b"' not in text, (method, text[:300])
+    after = row_counts()
+    assert after == before
+
+
+def test_a_bound_token_sees_only_its_workspace_in_lists_and_its_own_objects(two_workspaces: Any) -> None:
+    from tests.conftest import ApiClient
+
+    client = ApiClient(issue_token("bound-a", ["full"], workspaces=["ws-a"]).plaintext)
+    assert [w["slug"] for w in client.get("/api/v1/workspaces").json()["workspaces"]] == ["ws-a"]
+    run = client.get(f"/api/v1/refine/{two_workspaces['run']}")
+    assert (run.status_code, run.json()["field"]) == (404, "id")
+    everywhere = client.post("/api/v1/lessons/retrieve", {"task": f"deploy {SECRET}"})
+    assert (everywhere.status_code, everywhere.json()["field"]) == (400, "workspace")
+    own = client.post("/api/v1/lessons/retrieve", {"task": f"deploy {SECRET}", "workspace": "ws-a"})
+    assert own.status_code == 200 and own.json()["lessons"] == []

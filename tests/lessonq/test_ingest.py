@@ -47,16 +47,19 @@ def test_it_accepts_a_trigger_into_the_wal_and_the_database(
     }
     response = api.post(URL, body)
     assert response.status_code == 202
-    assert response.json() == {"job_id": "bba86ebf380b9dbc", "status": "accepted"}
-    record = wal().read("bba86ebf380b9dbc")
+    # chatcli's JobID of this request is bba86ebf380b9dbc; in a workspace the slug is one more input of
+    # the dedupe key (docs/queue.md#dedupe-per-workspace), so the same failure elsewhere is another job.
+    assert response.json() == {"job_id": "080045c5d13e176e", "status": "accepted"}
+    record = wal().read("080045c5d13e176e")
     assert record is not None and (record.task, record.attempt, record.outcome, record.trigger) == (
         "Edit main.go",
         "used full rewrite",
         "ERROR: file too large",
         "error",
     )
-    job = Job.objects.get(pk="bba86ebf380b9dbc")
+    job = Job.objects.get(pk="080045c5d13e176e")
     assert (job.state, job.agent, job.workspace.slug) == ("pending", "coder", "proj-a")  # type: ignore[union-attr]
+    assert job.chatcli_job_id == "bba86ebf380b9dbc"
     assert job.node == settings.LESSONQ_QUEUE and job.dispatched_at is not None
     assert job.agent_token is not None and job.agent_token.name == "test-agent"
 

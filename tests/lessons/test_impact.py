@@ -78,3 +78,26 @@ def test_it_says_why_there_is_no_preview(client_as: Any, bob: Any, settings: Any
     settings.LESSONS_EMBEDDING_PROVIDER = "none"
     html = client_as(bob).get(f"/lessons/impact/{proposal.pk}").content.decode()
     assert "No embedding provider is configured" in html
+
+
+def test_the_preview_counts_only_tasks_retrieval_would_serve_and_each_task_once(api: ApiClient, bob: Any) -> None:
+    """docs/security.md#tenancy-and-the-gate: another workspace's tasks are not this lesson's to serve."""
+    from lessons.usage import impact
+
+    ids = [persist_lesson(situation=s, mistake="", correction=c, tags=[], trigger="manual").lesson.pk for s, c in SQL]
+    vectors.embed_ids(ids)
+    Workspace.objects.for_slug("tour")
+    Workspace.objects.for_slug("other")
+    task = "lock timeout while running ALTER TABLE on postgres"
+    for slug in ("tour", "tour", "other"):
+        response = api.post("/api/v1/lessons/retrieve", {"task": task, "k": 5, "workspace": slug})
+        assert embed_task(response.json()["retrieval_id"])
+    fields = {
+        "situation": "running ALTER TABLE on a big postgres table takes a lock and times out",
+        "mistake": "ran ALTER TABLE directly during traffic",
+        "correction": "set lock_timeout and run the ALTER TABLE in a maintenance window",
+        "tags": ["postgres"],
+    }
+    mine = impact.preview(**fields, workspace="tour")  # type: ignore[arg-type]
+    assert [t.task for t in mine.tasks] == [task] and mine.considered == 1
+    assert impact.preview(**fields, workspace="elsewhere").considered == 0  # type: ignore[arg-type]

@@ -126,7 +126,8 @@ def test_the_api_needs_a_full_token(agent_token):
 
 
 def test_the_pass_shows_up_in_metrics(api, fake_openai, client):
+    # A user-file add waits for a person under the default gates (docs/reviews.md#who-scores): pending.
     fake_openai.script(reply({"target": "user", "op": "add", "content": "Ana", "rationale": "r", "score": 0.8}))
     api.post("/api/v1/reviews", {"summary": "met Ana", "workspace": "metrics-ws"})
     text = client.get("/metrics").content.decode()
-    assert 'lessonboard_review_proposals_total{bucket="applied",target="user"}' in text
+    assert 'lessonboard_review_proposals_total{bucket="pending",target="user"}' in text

@@ -6,6 +6,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from lessonboard.models import AuditEvent
 from lessonboard.roles import ROLES, assign_role
 
 
@@ -28,6 +29,13 @@ class Command(BaseCommand):
         password = options["password"] or secrets.token_urlsafe(12)
         user = User.objects.create_user(username=username, email=options["email"], password=password)
         assign_role(user, options["role"])
+        AuditEvent.record(
+            "user.create",
+            object_type="user",
+            object_ids=[user.pk],
+            result={"username": username, "role": options["role"]},
+            reason="manage create_user",
+        )
         self.stdout.write(f"Created {options['role']} {username!r}.")
         if not options["password"]:
             self.stdout.write(f"password: {password}")

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from lessonboard.models import AuditEvent
 from lessonq.adoption import AdoptionError, import_base_dir
 
 
@@ -36,6 +37,12 @@ class Command(BaseCommand):
             report = import_base_dir(options["directory"])
         except (AdoptionError, OSError) as exc:
             raise CommandError(f"import failed: {exc}") from exc
+        AuditEvent.record(
+            "queue.import",
+            object_type="job",
+            result={"directory": str(options["directory"]), **report.as_dict()},
+            reason="manage lessonq import",
+        )
         if options.get("json"):
             self.stdout.write(json.dumps(report.as_dict(), sort_keys=True))
             return
@@ -53,6 +60,13 @@ class Command(BaseCommand):
         if queue == settings.LESSONQ_QUEUE:
             raise CommandError(f"{queue} is this node: run the command on the node that takes its jobs over")
         adopted = failover.adopt(queue, force=now)
+        AuditEvent.record(
+            "queue.adopt",
+            object_type="node",
+            object_ids=[queue],
+            result={"adopted": adopted, "into": settings.LESSONQ_QUEUE, "forced": now},
+            reason="manage lessonq adopt",
+        )
         if adopted:
             reconcile.sweep()  # dispatch them within this node's capacity
         self.stdout.write(f"adopted {adopted} job(s) (active and dead) of {queue} into {settings.LESSONQ_QUEUE}")

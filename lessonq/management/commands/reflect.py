@@ -6,7 +6,11 @@
     reflect retry <id>      move a DLQ entry back to the queue
     reflect purge <id>      delete a DLQ entry
     reflect drain           replay the WAL now
-    reflect <free text>     persist a manual lesson (no LLM, no queue)
+    reflect <free text>     persist a manual lesson (no LLM, no queue; audited as ``lesson.create``)
+
+A text that looks like a mistyped subcommand (one word within edit distance 2 of one, or such a word
+followed by a job id: ``reflect retyr <id>``, ``reflect faild``) is not saved: it asks "did you mean …?"
+and exits non-zero; ``--lesson`` saves it anyway.
 
 ``--json`` prints one JSON object instead of chatcli's English lines. Failures exit non-zero.
 """
@@ -54,6 +58,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("words", nargs="*", help="subcommand and arguments, or the text of a manual lesson")
         parser.add_argument("--json", action="store_true", help="machine-readable output")
+        parser.add_argument(
+            "--lesson",
+            action="store_true",
+            help="save the words as a manual lesson even if they look like a subcommand",
+        )
 
     def execute(self, *args: Any, **options: Any) -> Any:
         """From a terminal, a failure prints chatcli's own line (``  ⚠  retry failed: …``) on stderr and
@@ -66,10 +75,14 @@ class Command(BaseCommand):
             self.stderr.write("  " + str(exc))
             sys.exit(exc.returncode or 1)
 
-    def handle(self, *args: Any, words: list[str], json: bool = False, **options: Any) -> None:
+    def handle(self, *args: Any, words: list[str], json: bool = False, lesson: bool = False, **options: Any) -> None:
         self.as_json = json
         tokens = " ".join(words).split()
         sub = tokens[0].lower() if tokens else ""
+        if lesson:
+            if not tokens:
+                raise CommandError("usage: /reflect --lesson <text>")
+            return self.manual(" ".join(words).strip())
         if sub in SUBCOMMANDS and not settings.LESSONQ_ENABLED:
             raise CommandError(DISABLED)
         if not tokens:
@@ -86,6 +99,12 @@ class Command(BaseCommand):
             return self.retry(tokens[1]) if sub == "retry" else self.purge(tokens[1])
         if sub == "drain":
             return self.drain()
+        meant = mistyped_subcommand(tokens)
+        if meant is not None:
+            raise CommandError(
+                f"⚠  did you mean '/reflect {meant}'? Not saved as a lesson; "
+                "to save these words as a manual lesson, add --lesson"
+            )
         return self.manual(" ".join(words).strip())
 
     # --- output ---------------------------------------------------------------------------------------
@@ -170,10 +189,45 @@ class Command(BaseCommand):
         problem = unstorable_reason(text)
         if problem is not None:  # refused like the API and the page (docs/api.md#input-policy)
             raise CommandError(f"the lesson text {problem}")
-        result = persist_manual(text, actor="cli")
+        from django.db import transaction
+
+        from lessonboard.models import AuditEvent
+
+        with transaction.atomic():  # the lesson and its audit event commit together, like the API's
+            result = persist_manual(text, actor="cli")
+            AuditEvent.record(
+                "lesson.create",
+                object_type="lesson",
+                object_ids=[result.lesson.pk],
+                result={"action": result.action, "via": "cli"},
+                reason="manual lesson (manage reflect)",
+            )
         if self.as_json:
             return self.emit({"lesson_id": result.lesson.pk, "action": result.action})
         self.say("lesson persisted to long-term memory (category=lesson)")
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance (insert, delete, substitute: 1 each)."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[len(b)]
+
+
+def mistyped_subcommand(tokens: list[str]) -> str | None:
+    """``retry <id>`` for ``["retyr", "<id>"]``, ``failed`` for ``["faild"]``; ``None`` for a real text."""
+    from lessonq.jobid import is_job_id
+
+    if not tokens or len(tokens) > 2 or (len(tokens) == 2 and not is_job_id(tokens[1].lower())):
+        return None
+    word = tokens[0].lower()
+    distance, verb = min((edit_distance(word, verb), verb) for verb in SUBCOMMANDS)
+    if distance > 2:
+        return None
+    return f"{verb} {tokens[1]}" if len(tokens) == 2 else verb
 
 
 def _node() -> str:
