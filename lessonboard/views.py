@@ -23,7 +23,15 @@ def _overview_context(request: HttpRequest) -> dict[str, object]:
         "llm_status": llm.status_text(),
         "llm_outage": breaker.outage(),
         "can_operate": request.user.has_perm("lessonboard.operate_queue"),
+        **_nodes_context(),
     }
+
+
+def _nodes_context() -> dict[str, object]:
+    """Every node's web and worker state and the scheduler's leader (docs/operations.md#nodes)."""
+    from lessonq import leader, presence
+
+    return {"nodes": presence.nodes(), "scheduler": leader.state()}
 
 
 @require_GET

@@ -21,6 +21,14 @@ class QueueConfig(AppConfig):
         if not any(isinstance(c, metrics.QueueGaugeCollector) for c in project_metrics.EXTRA_COLLECTORS):
             project_metrics.EXTRA_COLLECTORS.append(metrics.QueueGaugeCollector())
         _register_triage_collector(project_metrics.EXTRA_COLLECTORS)
+        if not any(isinstance(c, metrics.NodeCollector) for c in project_metrics.EXTRA_COLLECTORS):
+            project_metrics.EXTRA_COLLECTORS.append(metrics.NodeCollector())
+        from lessonboard import health
+        from lessonq import leader, presence
+
+        # /readyz (advisory, "degraded"): a node that is gone and who adopted its jobs; no scheduler.
+        health.ADVISORY.setdefault("nodes", presence.check_nodes)
+        health.ADVISORY.setdefault("scheduler", leader.check_scheduler)
         from lessonq.triage import queries as triage
 
         # The queue page's own counts: shared through the cache and estimated on big tables, so the
