@@ -99,7 +99,7 @@ def _guarded(call: Callable[[], T], *, probe: bool = False) -> T:
 
     if not probe:
         outage = breaker.outage()
-        if outage is not None:
+        if outage is not None and not breaker.claim_trial():  # a due probe lets this real call try
             raise LLMUnreachable(outage.text)
     try:
         result = call()
