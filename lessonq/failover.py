@@ -89,7 +89,8 @@ def acquire(node: str | None = None) -> Acquired:
         (epoch,) = cursor.fetchone()
     if adopted_by and not live:
         log.warning(
-            "lessonq: node %s was adopted from by %s at %s; its WAL records of those jobs are dropped, not replayed",
+            "lessonq: node %s was adopted from by %s at %s: this node's copies of the adopted jobs' records are"
+            " moved aside to expired/ (they run there, not here); every record no node adopted is replayed",
             node,
             adopted_by,
             adopted_at,
