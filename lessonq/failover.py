@@ -1,7 +1,7 @@
 """Node failover (docs/architecture.md#node-failover): node leases, adoption of a dead node's jobs, fencing.
 
 A node is its lesson worker plus its WAL directory, so the node's lease is kept by that worker's main
-process (``Keeper``), never by beat (one beat serves the whole deployment, wherever it runs). The keeper
+process (``Keeper``), never by beat (the beat that leads the schedule may run on any node). The keeper
 acquires the lease when the worker is ready, renews it every LESSONQ_NODE_LEASE_RENEW to
 LESSONQ_NODE_LEASE ahead (database time, so hosts' clocks do not matter) and, with LESSONQ_FAILOVER on,
 adopts the jobs of peers whose lease has run out.
