@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import urllib.request
@@ -131,6 +132,55 @@ def children(pid: int) -> list[int]:
     return [int(p) for p in out.stdout.split()]
 
 
+def alerts_fire_on(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], lost: str, tmp_path: Path) -> None:
+    """promtool, fed the series exactly as A's web exported them (names, labels, values) after a healthy
+    start: the "node lost" and "node adopted" rules fire for the lost node."""
+    if shutil.which("promtool") is None:
+        return
+    rules = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "lessonboard-alerts.yml"
+    series = []
+    for (name, labels), value in metrics.items():
+        if name not in ("lessonboard_lessonq_node_up", "lessonboard_lessonq_adopted_jobs_total"):
+            continue
+        selector = ",".join(['instance="a:8000"', *[f'{k}="{v}"' for k, v in labels]])
+        before = 1 if name.endswith("_node_up") else 0  # before the kill: b up, nothing adopted yet
+        series.append({"series": f"{name}{{{selector}}}", "values": f"{before}x2 {value:g}x20"})
+    expected = {
+        "LessonqNodeLost": {"severity": "critical", "node": lost},
+        "LessonqNodeAdopted": {"severity": "warning", "instance": "a:8000", "from_node": lost},
+    }
+    cases = [
+        {
+            "eval_time": "6m",
+            "alertname": name,
+            "exp_alerts": [{"exp_labels": labels, "exp_annotations": annotations(rules, name, labels)}],
+        }
+        for name, labels in expected.items()
+    ]
+    test = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": cases}],
+    }
+    path = tmp_path / "deployment-series.test.yml"
+    path.write_text(json.dumps(test))  # JSON is YAML
+    run = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def annotations(rules: Path, alert: str, labels: dict[str, str]) -> dict[str, str]:
+    """The rule's annotations with its ``{{ $labels.x }}`` filled in (these two rules use nothing else)."""
+    import yaml
+
+    [rule] = [r for g in yaml.safe_load(rules.read_text())["groups"] for r in g["rules"] if r.get("alert") == alert]
+    filled = {}
+    for key, text in rule["annotations"].items():
+        for name, value in labels.items():
+            text = text.replace(f"{{{{ $labels.{name} }}}}", value)
+        filled[key] = text
+    return filled
+
+
 def test_two_nodes_one_killed_is_named_by_the_other_which_adopts_its_jobs_once(
     redis_broker: str,
     fake_openai: FakeOpenAIServer,
@@ -219,6 +269,7 @@ def test_two_nodes_one_killed_is_named_by_the_other_which_adopts_its_jobs_once(
     )
     assert metrics[("lessonboard_lessonq_node_up", (("node", b.queue),))] == 0
     assert metrics[("lessonboard_lessonq_node_up", (("node", a.queue),))] == 1
+    alerts_fire_on(metrics, b.queue, tmp_path)
 
     # The Overview (any web of the deployment renders it from the same rows): B gone, its jobs on A.
     settings.NODE_NAME, settings.LESSONQ_QUEUE = a.name, a.queue
