@@ -13,6 +13,7 @@ from lessonboard.llm import ratelimit
 from lessonboard.models import AuditEvent, WorkerHeartbeat
 from lessonboard.permissions import needs_role, require_perm, view_required
 from lessonboard.tasks import heartbeat
+from lessonq import leader, presence
 
 
 def _overview_context(request: HttpRequest) -> dict[str, object]:
@@ -24,7 +25,13 @@ def _overview_context(request: HttpRequest) -> dict[str, object]:
         "llm_outage": breaker.outage(),
         "llm_pause": ratelimit.current(),
         "can_operate": request.user.has_perm("lessonboard.operate_queue"),
+        **_nodes_context(),
     }
+
+
+def _nodes_context() -> dict[str, object]:
+    """Every node's web and worker state and the scheduler's leader (docs/operations.md#nodes)."""
+    return {"nodes": presence.nodes(), "scheduler": leader.state()}
 
 
 @require_GET

@@ -3,15 +3,15 @@ beat, each with its detail and the last error seen (kept in the cache for a day,
 still shows what happened and when).
 
 The readiness checks of ``lessonboard.health`` answer for the database and the broker; workers are
-alive when their heartbeat is fresh; beat is alive when the scheduled heartbeat keeps arriving (only
-beat sends it every 30 s); the LLM is asked for its model list with a short timeout. The whole answer
+alive when a node's worker holds its lease (``lessonq.presence``) or its heartbeat is fresh; beat is
+alive when some beat holds the scheduler's leader lease (``lessonq.leader``); the LLM is asked for its model list with a short timeout. The whole answer
 is cached a few seconds: every open Overview polls it.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import UTC, timedelta
+from datetime import UTC
 from typing import Any
 
 import openai
@@ -26,7 +26,6 @@ from lessonboard.overview import WORKER_FRESH
 STATES_KEY = "lessonboard:dependencies"
 STATES_TTL = 10  # seconds
 ERROR_TTL = 86400  # a last error is remembered for a day
-BEAT_FRESH = timedelta(seconds=90)  # three missed 30 s heartbeats
 LLM_PROBE_TIMEOUT = 2.0
 
 
@@ -72,6 +71,16 @@ def probe_llm() -> tuple[bool, str]:
 
 
 def _workers() -> tuple[bool, str]:
+    """From the nodes' own leases (each node's worker renews its own): never "down" while one works."""
+    from lessonq import presence
+
+    states = presence.nodes()
+    alive = [s.name for s in states if s.worker_live]
+    gone = [f"{s.name} gone since {s.expires_at.astimezone(UTC):%H:%M:%S} UTC" for s in states if s.gone]
+    if alive:
+        return True, f"{len(alive)} node(s) with a live worker: {', '.join(alive)}" + (
+            f"; {'; '.join(gone)}" if gone else ""
+        )
     fresh = WorkerHeartbeat.objects.filter(last_seen__gte=timezone.now() - WORKER_FRESH).count()
     if fresh:
         return True, f"{fresh} worker{'s' if fresh != 1 else ''} answered in the last 2 minutes"
@@ -82,13 +91,10 @@ def _workers() -> tuple[bool, str]:
 
 
 def _beat() -> tuple[bool, str]:
-    newest = WorkerHeartbeat.objects.order_by("-last_seen").first()
-    if newest is None:
-        return False, "no scheduled heartbeat seen yet (is beat running?)"
-    age = timezone.now() - newest.last_seen
-    if age <= BEAT_FRESH:
-        return True, f"scheduled heartbeat {int(age.total_seconds())} s ago"
-    return False, f"no scheduled heartbeat for {int(age.total_seconds() // 60)} min (is beat running?)"
+    """The scheduler's leader lease (``lessonq.leader``): beat runs on every node, one of them leads."""
+    from lessonq import leader
+
+    return leader.check_scheduler()
 
 
 def states() -> list[Dependency]:

@@ -16,6 +16,13 @@ def child_exit(server: Any, worker: Any) -> None:
         multiprocess.mark_process_dead(worker.pid)
 
 
+def post_worker_init(worker: Any) -> None:
+    # The node's web says it is alive in the node's lease row, from every web worker (docs/operations.md#nodes).
+    from lessonq.presence import WebPresence
+
+    WebPresence().start()
+
+
 # gthread: each worker process serves LESSONBOARD_WEB_THREADS requests at once, so a slow request (a
 # refine wait, a big page) holds one thread, not the process: /healthz and pages stay fast beside it
 # (bench/bench_web_under_load.py). Each thread keeps its own database connection.

@@ -290,6 +290,8 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = TIME_ZONE
+# Beat runs on every node; only the one holding the scheduler's leader lease sends (docs/operations.md#scheduler).
+CELERY_BEAT_SCHEDULER = "lessonq.leader:LeaderScheduler"
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "worker-heartbeat": {"task": "lessonboard.tasks.heartbeat", "schedule": 30.0},
 }

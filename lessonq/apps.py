@@ -16,11 +16,19 @@ class QueueConfig(AppConfig):
 
         from lessonboard import metrics as project_metrics
         from lessonboard.overview import SECTIONS, Count
-        from lessonq.gauges import QueueGaugeCollector
+        from lessonq.gauges import NodeCollector, QueueGaugeCollector
 
         if not any(isinstance(c, QueueGaugeCollector) for c in project_metrics.EXTRA_COLLECTORS):
             project_metrics.EXTRA_COLLECTORS.append(QueueGaugeCollector())
         _register_triage_collector(project_metrics.EXTRA_COLLECTORS)
+        if not any(isinstance(c, NodeCollector) for c in project_metrics.EXTRA_COLLECTORS):
+            project_metrics.EXTRA_COLLECTORS.append(NodeCollector())
+        from lessonboard import health
+        from lessonq import leader, presence
+
+        # /readyz (advisory, "degraded"): a node that is gone and who adopted its jobs; no scheduler.
+        health.ADVISORY.setdefault("nodes", presence.check_nodes)
+        health.ADVISORY.setdefault("scheduler", leader.check_scheduler)
         from lessonq.triage import queries as triage
 
         # The queue page's own counts: shared through the cache and estimated on big tables, so the

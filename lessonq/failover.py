@@ -1,7 +1,7 @@
 """Node failover (docs/architecture.md#node-failover): node leases, adoption of a dead node's jobs, fencing.
 
 A node is its lesson worker plus its WAL directory, so the node's lease is kept by that worker's main
-process (``Keeper``), never by beat (one beat serves the whole deployment, wherever it runs). The keeper
+process (``Keeper``), never by beat (the beat that leads the schedule may run on any node). The keeper
 acquires the lease when the worker is ready, renews it every LESSONQ_NODE_LEASE_RENEW to
 LESSONQ_NODE_LEASE ahead (database time, so hosts' clocks do not matter) and, with LESSONQ_FAILOVER on,
 adopts the jobs of peers whose lease has run out.
@@ -42,7 +42,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from lessonq import faults, metrics
-from lessonq.models import ACTIVE, Job, JobState, NodeLease, Outbox, worker_identity
+from lessonq.models import ACTIVE, Job, JobState, NodeAdoption, NodeLease, Outbox, worker_identity
 from lessonq.paths import dlq, wal
 from lessonq.wal import Wal, WalError, WalJob
 
@@ -89,7 +89,8 @@ def acquire(node: str | None = None) -> Acquired:
         (epoch,) = cursor.fetchone()
     if adopted_by and not live:
         log.warning(
-            "lessonq: node %s was adopted from by %s at %s; its WAL records of those jobs are dropped, not replayed",
+            "lessonq: node %s was adopted from by %s at %s: this node's copies of the adopted jobs' records are"
+            " moved aside to expired/ (they run there, not here); every record no node adopted is replayed",
             node,
             adopted_by,
             adopted_at,
@@ -130,7 +131,8 @@ DEAD_KIND = Kind("dead", (JobState.DEAD,))
 def adopt_expired(*, into: str | None = None, target: Wal | None = None, dead_target: Wal | None = None) -> int:
     """Adopt the jobs of every other node whose lease has run out; how many were adopted."""
     into = into or settings.LESSONQ_QUEUE
-    dead = NodeLease.objects.exclude(node=into).filter(expires_at__lt=Now()).values_list("node", flat=True)
+    # Epoch 0: only the node's web has written the row (``lessonq.presence``), no worker ever held it.
+    dead = NodeLease.objects.exclude(node=into).filter(expires_at__lt=Now(), epoch__gt=0).values_list("node", flat=True)
     return sum(adopt(node, into=into, target=target, dead_target=dead_target) for node in list(dead))
 
 
@@ -202,9 +204,12 @@ def _adopt_batch(node: str, into: str, target: Wal, kind: Kind, *, force: bool) 
             Outbox.objects.filter(job_id__in=ids).delete()
         cursor.execute(
             "UPDATE queue_nodelease SET epoch = epoch + 1, adopted_by = %s, adopted_at = now(),"
-            " adopted_jobs = adopted_jobs + %s, expires_at = LEAST(expires_at, now()) WHERE node = %s",
+            " adopted_jobs = adopted_jobs + %s, expires_at = LEAST(expires_at, now()) WHERE node = %s RETURNING epoch",
             [into, len(ids), node],
         )
+        (epoch,) = cursor.fetchone()
+        # The record of who adopted whose jobs (the Overview's and /readyz's "adopted by").
+        NodeAdoption.objects.create(from_node=node, into_node=into, kind=kind.label, jobs=len(ids), epoch=epoch)
     faults.point("failover.after_commit")
     metrics.ADOPTED_JOBS.labels(from_node=node, kind=kind.label).inc(len(ids))
     log.warning("lessonq: adopted %d %s job(s) of node %s (lease expired) into %s", len(ids), kind.label, node, into)
@@ -246,6 +251,14 @@ def ensure_ours(job: Job) -> None:
         raise Fenced(f"job {job.pk} now belongs to {owner}; this worker's outcome is dropped")
 
 
+def beat_for_this_worker() -> None:
+    """The Overview's worker heartbeat, written by the worker itself at every renewal (beat's heartbeat
+    task goes to the shared ``default`` queue, so whichever worker takes it is the one shown)."""
+    from lessonboard.tasks import heartbeat
+
+    heartbeat()
+
+
 # --- the keeper ----------------------------------------------------------------------------------------------
 class Keeper(threading.Thread):
     """The node's lease keeper, in the lesson worker's main process (it outlives the pool's children)."""
@@ -273,6 +286,7 @@ class Keeper(threading.Thread):
                     # adopted jobs' records out of this node's WAL now (at a start, replay does it).
                     log.warning("lessonq: epoch %d of this node was stale; now at epoch %d", stale, self.epoch)
                     reconcile.sweep()
+            beat_for_this_worker()
             if settings.LESSONQ_FAILOVER and adopt_expired():
                 reconcile.sweep()  # dispatches the adopted jobs within this node's capacity
         except Exception:

@@ -356,6 +356,14 @@ class NodeLease(models.Model):
     adopted_by = models.CharField(max_length=200, blank=True, help_text="the node that last adopted its jobs")
     adopted_at = models.DateTimeField(null=True, blank=True)
     adopted_jobs = models.PositiveBigIntegerField(default=0, help_text="jobs adopted from it, in all")
+    # The node's web processes say they are alive here (``lessonq.presence``); a row that only a web ever
+    # wrote has epoch 0 (no worker has held the lease yet) and is never adopted from.
+    web_seen_at = models.DateTimeField(
+        null=True, blank=True, help_text="the last time a web process of the node was alive"
+    )
+    web_holder = models.CharField(
+        max_length=200, blank=True, default="", db_default="", help_text="host:pid of that web process"
+    )
 
     class Meta:
         ordering = ["node"]
@@ -409,3 +417,38 @@ class JobAttempt(models.Model):
 
 
 from lessonq.triage.models import BulkAction, BulkItem, RetentionRun  # noqa: E402,F401  (DLQ triage)
+
+
+class NodeAdoption(models.Model):
+    """One adoption batch: ``into_node`` took ``jobs`` jobs of ``from_node`` over (``lessonq.failover``).
+    The Overview and ``/readyz`` say from these who adopted whose jobs."""
+
+    from_node = models.CharField(max_length=200)
+    into_node = models.CharField(max_length=200)
+    kind = models.CharField(max_length=20)  # active / dead
+    jobs = models.PositiveIntegerField()
+    epoch = models.PositiveBigIntegerField(help_text="the adopted node's lease epoch after this batch")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [models.Index(fields=["from_node", "-at"]), models.Index(fields=["into_node", "-at"])]
+
+    def __str__(self) -> str:
+        return f"{self.into_node} adopted {self.jobs} {self.kind} job(s) of {self.from_node}"
+
+
+class LeaderLease(models.Model):
+    """The scheduler's leader lease (``lessonq.leader``): beat runs on every node, and only the beat
+    process holding this row's live lease sends the periodic tasks. Renewed in database time."""
+
+    name = models.CharField(primary_key=True, max_length=50)
+    holder = models.CharField(max_length=200, help_text="node:host:pid of the beat process holding it")
+    node = models.CharField(max_length=200)
+    epoch = models.PositiveBigIntegerField(default=0, help_text="bumped at every change of holder")
+    acquired_at = models.DateTimeField(default=timezone.now)
+    renewed_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.holder} epoch {self.epoch}"

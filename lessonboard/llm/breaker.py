@@ -219,3 +219,23 @@ def probe(*, now: datetime | None = None) -> str:
             log.info("llm breaker: probe failed, still open: %s", exc.message)
             return "open"
     return "closed"  # the gateway recorded the answer, which closed the breaker
+
+
+def claim_trial(*, now: datetime | None = None) -> bool:
+    """While open, let one real call through as the half-open trial once a probe is due (the same claim
+    as ``probe``'s), so the breaker closes from a call that succeeds even when no probe runs."""
+    key = endpoint()
+    if not key:
+        return False
+    now = now or timezone.now()
+    try:
+        return bool(
+            LLMBreaker.objects.filter(pk=key, state__in=OPEN_STATES, probe_at__lte=now).update(
+                state=BreakerState.HALF_OPEN,
+                probe_at=now + timedelta(seconds=settings.LLM_BREAKER_PROBE_INTERVAL),
+                probes=F("probes") + 1,
+            )
+        )
+    except Exception as exc:
+        log.warning("llm breaker: cannot claim a trial call: %s", exc)
+        return False

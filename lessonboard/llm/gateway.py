@@ -140,8 +140,8 @@ def _guarded(call: Callable[[], T], *, probe: bool = False) -> T:
 
     if not probe:
         row = breaker.gate()
-        if row is not None and row.state in breaker.OPEN_STATES:
-            raise LLMUnreachable(breaker._outage_of(row).text)
+        if row is not None and row.state in breaker.OPEN_STATES and not breaker.claim_trial():
+            raise LLMUnreachable(breaker._outage_of(row).text)  # a due probe lets this real call try
         if row is not None and row.rate_limits > 0:
             pause = ratelimit.admit(row)
             if pause is not None:

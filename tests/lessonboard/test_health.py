@@ -1,5 +1,7 @@
 import pytest
 
+from lessonq import leader
+
 pytestmark = pytest.mark.django_db
 
 
@@ -10,11 +12,21 @@ def test_healthz_answers_without_login(client):
 
 
 def test_readyz_is_green_with_every_check(client):
+    leader.hold("beat:test:1")  # a scheduler runs (lessonq.leader)
     response = client.get("/readyz")
     assert response.status_code == 200
     body = response.json()
     assert body["status"] == "ready"
-    assert set(body["checks"]) == {"database", "migrations", "broker", "data_dir", "processes", "llm"}
+    assert set(body["checks"]) == {
+        "database",
+        "migrations",
+        "broker",
+        "data_dir",
+        "processes",
+        "llm",
+        "nodes",
+        "scheduler",
+    }
     assert all(check["ok"] for check in body["checks"].values())
 
 

@@ -22,7 +22,12 @@ SERIES = re.compile(r"\b(?:chatcli|lessonboard)_lessonq_[a-z_]+")
 
 
 def exported_series() -> set[str]:
-    names = {"chatcli_lessonq_queue_depth", "chatcli_lessonq_dlq_size", "chatcli_lessonq_wal_segments"}
+    names = {
+        "chatcli_lessonq_queue_depth",
+        "chatcli_lessonq_dlq_size",
+        "chatcli_lessonq_wal_segments",
+        "lessonboard_lessonq_node_up",  # lessonq.gauges.NodeCollector, with lessonboard_scheduler_up
+    }
     for metric in (
         metrics.ENQUEUE,
         metrics.ATTEMPTS,
@@ -57,6 +62,16 @@ def test_every_alert_says_what_to_do() -> None:
     for rule in (r for group in rules["groups"] for r in group["rules"]):
         assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
         assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
+
+
+def test_every_alert_rule_has_a_unit_test_that_fires_it() -> None:
+    rules = yaml.safe_load(RULES.read_text())
+    alerts = {rule["alert"] for group in rules["groups"] for rule in group["rules"]}
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    fired = {case["alertname"] for test in tests for case in test["alert_rule_test"] if case["exp_alerts"]}
+    assert {"LessonqNodeLost", "LessonboardNoScheduler"} <= alerts
+    assert alerts - fired == set()
+    assert "lessonboard_scheduler_up" in RULES.read_text()
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="no promtool (Debian's prometheus package)")

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from console import charts
 from lessonboard.models import WorkerHeartbeat, Workspace
+from lessonq import leader
 from lessonq.models import Job, JobState
 from lessons.review import decisions
 from lessons.review.learning import Verdict
@@ -158,6 +159,7 @@ def test_it_shows_each_dependency_with_its_last_error(client_as, carol, settings
     assert re.search(r'data-dependency="workers" class="bad"', deps)
     assert re.search(r'data-dependency="beat" class="bad"', deps)
     WorkerHeartbeat.objects.create(hostname="n:host", node="n", last_seen=timezone.now(), beats=3)
+    leader.hold("n:host:1")  # beat is up when some beat holds the scheduler lease (lessonq.leader)
     cache.delete("lessonboard:dependencies")
     again = client_as(carol).get("/overview/charts").content.decode()
     assert re.search(r'data-dependency="workers" class="ok"', again)

@@ -29,7 +29,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from lessonboard import embedded
+from lessonboard import embedded, multiproc
 from lessonboard.roles import ADMIN, assign_role
 from lessonboard.supervisor import Child, CrashLoop, clear_status, write_status
 
@@ -97,12 +97,10 @@ class Command(BaseCommand):
             embedded.ensure_database(pgdata, name)
             settings.DATABASES["default"]["HOST"] = str(embedded.socket_dir(pgdata))
             env["DATABASE_URL"] = embedded.database_url(pgdata, name)
-        # Metrics of a previous run are stale: start multiprocess mode from an empty directory.
+        # Metrics of a previous run are stale: the files of processes that are gone go (serve's own and
+        # those of any other live lessonboard process on this host stay; lessonboard.multiproc).
         metrics_dir = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
-        # serve's own files are not stale: this process has them open (its counters count child exits).
-        for stale in metrics_dir.glob("*.db"):
-            if not stale.name.endswith(f"_{os.getpid()}.db"):
-                stale.unlink(missing_ok=True)
+        multiproc.clean(metrics_dir)
         env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
         self.stdout.write("Applying migrations …")
         call_command("migrate", interactive=False, verbosity=0)
