@@ -26,6 +26,7 @@ import bench_lessons_db
 bench_lessons_db.setup("lessonboard_bench_eval")  # its own database: the scale bench may be running
 
 from django.conf import settings  # noqa: E402
+from django.db import connection  # noqa: E402
 
 from lessons import embeddings, evaluation, retrieval, vectors  # noqa: E402
 from lessons.models import Lesson  # noqa: E402
@@ -40,6 +41,10 @@ def use_model(model: str) -> None:
     settings.LESSONS_EMBEDDING_LOCAL_MODEL = model
     settings.LESSONS_EMBEDDING_DIMENSIONS = embeddings.LOCAL_DIMENSIONS[model]
     settings.LESSONS_WEIGHT_TEXT = settings.LESSONS_MODEL_DEFAULTS[model]["weight_text"]
+    settings.LESSONS_WEIGHT_TAGS = settings.LESSONS_MODEL_DEFAULTS[model]["weight_tags"]
+    settings.LESSONS_WEIGHT_TEXT_EXACT = settings.LESSONS_MODEL_DEFAULTS[model]["weight_text_exact"]
+    settings.LESSONS_FUSION = settings.LESSONS_MODEL_DEFAULTS[model]["fusion"]
+    settings.LESSONS_RRF_DEPTH = settings.LESSONS_MODEL_DEFAULTS[model]["depth"]
     settings.LESSONS_FLOOR_MARGIN = settings.LESSONS_MODEL_DEFAULTS[model]["floor_margin"]
 
 
@@ -49,6 +54,8 @@ def load_set(data: evaluation.EvalSet) -> dict[str, int]:
         vectors.resize_column(settings.LESSONS_EMBEDDING_DIMENSIONS)
     ids = evaluation.store(data)
     vectors.embed_pending()
+    with connection.cursor() as cursor:  # the full-text branch's idf comes from the planner statistics
+        cursor.execute("ANALYZE lessons_lesson")
     retrieval.reset_term_stats()
     retrieval.query_vectors().clear()
     return ids
@@ -71,6 +78,7 @@ def table(models: list[str]) -> None:
                 )
                 for name, branches in SINGLE.items()
             }
+            configs["defaults, no floor"] = lambda q: [h.lesson.pk for h in retrieval.search(q, k=10, floor=False).hits]
             configs["defaults"] = lambda q: [h.lesson.pk for h in retrieval.search(q, k=10).hits]
             cache: dict[tuple[str, str], list[int]] = {}
 
