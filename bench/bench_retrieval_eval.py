@@ -6,6 +6,13 @@ off-topic queries (tuning and held-out halves) get an empty answer and how many 
 theirs, per margin. Picks nothing by itself: docs/lessons.md quotes the figures and the chosen defaults.
 
     .venv/bin/python bench/bench_retrieval_eval.py [--models use e5 minilm]
+
+``--table`` prints instead, for both evaluation sets (tests/data/retrieval_eval.jsonl and the independent
+retrieval_eval_2.jsonl), R@1/R@5/MRR per query kind and half (tuning / held-out) for each single branch
+(``retrieval.search`` with only that branch: text, vector, tags) and for the defaults (every branch, the
+floor on, as ``POST /api/v1/lessons/retrieve`` answers), and how many off-topic queries per half got no lesson:
+
+    .venv/bin/python bench/bench_retrieval_eval.py --table [--models use]
 """
 
 from __future__ import annotations
@@ -19,11 +26,95 @@ import bench_lessons_db
 bench_lessons_db.setup("lessonboard_bench_eval")  # its own database: the scale bench may be running
 
 from django.conf import settings  # noqa: E402
+from django.db import connection  # noqa: E402
 
 from lessons import embeddings, evaluation, retrieval, vectors  # noqa: E402
 from lessons.models import Lesson  # noqa: E402
 
 EVAL = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval.jsonl"
+EVAL_2 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_2.jsonl"
+SINGLE = {"text only": ("text",), "vector only": ("vector",), "tags only": ("tags",)}
+
+
+def use_model(model: str) -> None:
+    settings.LESSONS_EMBEDDING_PROVIDER = "local"
+    settings.LESSONS_EMBEDDING_LOCAL_MODEL = model
+    settings.LESSONS_EMBEDDING_DIMENSIONS = embeddings.LOCAL_DIMENSIONS[model]
+    settings.LESSONS_WEIGHT_TEXT = settings.LESSONS_MODEL_DEFAULTS[model]["weight_text"]
+    settings.LESSONS_WEIGHT_TAGS = settings.LESSONS_MODEL_DEFAULTS[model]["weight_tags"]
+    settings.LESSONS_WEIGHT_TEXT_EXACT = settings.LESSONS_MODEL_DEFAULTS[model]["weight_text_exact"]
+    settings.LESSONS_FUSION = settings.LESSONS_MODEL_DEFAULTS[model]["fusion"]
+    settings.LESSONS_RRF_DEPTH = settings.LESSONS_MODEL_DEFAULTS[model]["depth"]
+    settings.LESSONS_FLOOR_MARGIN = settings.LESSONS_MODEL_DEFAULTS[model]["floor_margin"]
+
+
+def load_set(data: evaluation.EvalSet) -> dict[str, int]:
+    bench_lessons_db.empty_lessons()
+    if vectors.column_dimensions() != settings.LESSONS_EMBEDDING_DIMENSIONS:
+        vectors.resize_column(settings.LESSONS_EMBEDDING_DIMENSIONS)
+    ids = evaluation.store(data)
+    vectors.embed_pending()
+    with connection.cursor() as cursor:  # the full-text branch's idf comes from the planner statistics
+        cursor.execute("ANALYZE lessons_lesson")
+    retrieval.reset_term_stats()
+    retrieval.query_vectors().clear()
+    return ids
+
+
+def table(models: list[str]) -> None:
+    """Per kind and half, per single branch and the defaults, on both sets (see the module)."""
+    all_on = retrieval.Weights(1.0, 1.0, 1.0)
+    for model in models:
+        use_model(model)
+        for label, path in (("set 1", EVAL), ("set 2", EVAL_2)):
+            data = evaluation.load(path)
+            ids = load_set(data)
+            print(f"\n== {model}, {label} ({path.name}): {len(data.lessons)} lessons, {len(data.queries)} queries")
+            configs: dict[str, Callable[[str], list[int]]] = {
+                name: (
+                    lambda q, b=branches: [
+                        h.lesson.pk for h in retrieval.search(q, k=10, branches=b, weights=all_on, floor=False).hits
+                    ]
+                )
+                for name, branches in SINGLE.items()
+            }
+            configs["defaults, no floor"] = lambda q: [h.lesson.pk for h in retrieval.search(q, k=10, floor=False).hits]
+            configs["defaults"] = lambda q: [h.lesson.pk for h in retrieval.search(q, k=10).hits]
+            cache: dict[tuple[str, str], list[int]] = {}
+
+            def cached(name: str, cache: dict = cache, configs: dict = configs) -> Callable[[str], list[int]]:
+                def ranked(q: str) -> list[int]:
+                    if (name, q) not in cache:
+                        cache[(name, q)] = configs[name](q)
+                    return cache[(name, q)]
+
+                return ranked
+
+            print(f"  {'kind / half':<24}{'n':>4}  " + " | ".join(f"{name:<17}" for name in configs))
+            totals: dict[str, list[dict]] = {"tune": [], "heldout": []}
+            for (kind, half), group in evaluation.by_kind_and_half(data).items():
+                if kind == "off-topic":
+                    cells = []
+                    for name in configs:
+                        empty, total = evaluation.empty_answers(group, cached(name))
+                        cells.append(f"empty {empty}/{total}".ljust(17))
+                    print(f"  {kind + ' ' + half:<24}{len(group.queries):>4}  " + " | ".join(cells))
+                    continue
+                totals[half] += group.queries
+                cells = [evaluation.measure(group, ids, cached(name)) for name in configs]
+                print(
+                    f"  {kind + ' ' + half:<24}{len(group.queries):>4}  "
+                    + " | ".join(f"{m.recall_at_1:.2f}/{m.recall_at_5:.2f}/{m.mrr:.2f}".ljust(17) for m in cells)
+                )
+            for half, queries in totals.items():
+                group = evaluation.EvalSet(data.lessons, queries)
+                cells = [evaluation.measure(group, ids, cached(name)) for name in configs]
+                print(
+                    f"  {'all on-topic ' + half:<24}{len(queries):>4}  "
+                    + " | ".join(f"{m.recall_at_1:.2f}/{m.recall_at_5:.2f}/{m.mrr:.2f}".ljust(17) for m in cells)
+                )
+
+
 MARGINS = (-0.05, -0.03, -0.02, -0.01, 0.0, 0.005, 0.01, 0.02)
 TEXT_WEIGHTS = (0.0, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 
@@ -59,7 +150,11 @@ def query_embedding_ms(models: list[str], texts: list[str], rounds: int = 3) -> 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", nargs="+", default=["use", "e5", "minilm"], choices=["use", "e5", "minilm"])
+    parser.add_argument("--table", action="store_true", help="per kind and half on both sets (see the module)")
     args = parser.parse_args()
+    if args.table:
+        table(args.models if args.models != parser.get_default("models") else ["use"])
+        return
     data = evaluation.load(EVAL)
     kinds = {
         "original": evaluation.subset(data, query_type="original"),

@@ -462,12 +462,57 @@ LESSONS_EMBEDDING_LOCAL_MODEL = env.choice("LESSONBOARD_EMBEDDING_LOCAL_MODEL", 
 # halves), the floor margin (the smallest that answers none of the calibration off-topic queries), and the
 # cosine thresholds of the learning loop: a model's similarities live in its own band (e5: 0.8-0.9 for
 # related texts, use: 0.2-0.9), so a threshold is only meaningful for the model it was set for.
-LESSONS_MODEL_DEFAULTS: dict[str, dict[str, float]] = {
-    "use": {"dimensions": 512, "weight_text": 0.02, "floor_margin": -0.02, "gap_group": 0.8, "impact_min": 0.2},
-    "e5": {"dimensions": 384, "weight_text": 0.1, "floor_margin": 0.0, "gap_group": 0.9, "impact_min": 0.8},
-    "minilm": {"dimensions": 384, "weight_text": 0.1, "floor_margin": 0.0, "gap_group": 0.9, "impact_min": 0.8},
+LESSONS_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    # use: score fusion over each branch's top 50, text 0.5 (1.5 when the best full-text hit has the task's
+    # rare identifiers, idf >= 1.5) and tags 0.05, chosen on set 1's tuning half under "no kind below its
+    # best single branch", checked on the held-out half and on set 2 (bench/bench_retrieval_fusion.py,
+    # docs/lessons.md#fusion).
+    "use": {
+        "dimensions": 512,
+        "fusion": "score",
+        "depth": 50,
+        "weight_text": 0.5,
+        "weight_text_exact": 1.5,
+        "weight_tags": 0.05,
+        "floor_margin": -0.02,
+        "gap_group": 0.8,
+        "impact_min": 0.2,
+    },
+    # The others keep rank fusion at the weights measured before the identifier-aware branch (not re-tuned).
+    "e5": {
+        "dimensions": 384,
+        "fusion": "rrf",
+        "depth": 20,
+        "weight_text": 0.1,
+        "weight_text_exact": 0.1,
+        "weight_tags": 0.0,
+        "floor_margin": 0.0,
+        "gap_group": 0.9,
+        "impact_min": 0.8,
+    },
+    "minilm": {
+        "dimensions": 384,
+        "fusion": "rrf",
+        "depth": 20,
+        "weight_text": 0.1,
+        "weight_text_exact": 0.1,
+        "weight_tags": 0.0,
+        "floor_margin": 0.0,
+        "gap_group": 0.9,
+        "impact_min": 0.8,
+    },
     # openai (or none)
-    "other": {"dimensions": 384, "weight_text": 0.1, "floor_margin": 0.0, "gap_group": 0.9, "impact_min": 0.8},
+    "other": {
+        "dimensions": 384,
+        "fusion": "rrf",
+        "depth": 20,
+        "weight_text": 0.1,
+        "weight_text_exact": 0.1,
+        "weight_tags": 0.0,
+        "floor_margin": 0.0,
+        "gap_group": 0.9,
+        "impact_min": 0.8,
+    },
 }
 _MODEL_DEFAULTS = LESSONS_MODEL_DEFAULTS[
     LESSONS_EMBEDDING_LOCAL_MODEL if LESSONS_EMBEDDING_PROVIDER == "local" else "other"
@@ -494,10 +539,19 @@ LESSONS_EMBEDDING_BATCH = env.integer("LESSONBOARD_EMBEDDING_BATCH", 64, minimum
 # embedded as is, and the answer's explanation says so).
 LESSONS_HYDE = env.flag("LESSONBOARD_RETRIEVAL_HYDE", False)
 LESSONS_RRF_K = env.integer("LESSONBOARD_RETRIEVAL_RRF_K", 60, minimum=1)
-LESSONS_RRF_DEPTH = env.integer("LESSONBOARD_RETRIEVAL_DEPTH", 20, minimum=1)
+LESSONS_RRF_DEPTH = env.integer("LESSONBOARD_RETRIEVAL_DEPTH", int(_MODEL_DEFAULTS["depth"]), minimum=1)
 LESSONS_WEIGHT_TEXT = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TEXT", _MODEL_DEFAULTS["weight_text"], minimum=0.0)
 LESSONS_WEIGHT_VECTOR = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_VECTOR", 1.0, minimum=0.0)
-LESSONS_WEIGHT_TAGS = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TAGS", 0.0, minimum=0.0)
+LESSONS_WEIGHT_TAGS = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TAGS", _MODEL_DEFAULTS["weight_tags"], minimum=0.0)
+# The full-text weight instead when the best full-text hit has the task's rare identifiers (their summed idf
+# at least EXACT_MIN_IDF): a task naming an error code or a config key leans on full text.
+LESSONS_WEIGHT_TEXT_EXACT = env.number(
+    "LESSONBOARD_RETRIEVAL_WEIGHT_TEXT_EXACT", _MODEL_DEFAULTS["weight_text_exact"], minimum=0.0
+)
+LESSONS_EXACT_MIN_IDF = env.number("LESSONBOARD_RETRIEVAL_EXACT_MIN_IDF", 1.5, minimum=0.0)
+# How the branches are combined: score (weights × cosine, full-text coverage of the task's idf mass, shared
+# tags; the default with use) or rrf (reciprocal rank, weight / (k + rank)); docs/lessons.md#fusion.
+LESSONS_FUSION = env.choice("LESSONBOARD_RETRIEVAL_FUSION", _MODEL_DEFAULTS["fusion"], ("score", "rrf"))
 # Full text on a big table: words in more than this share of lessons (planner statistics) are left out
 # of the query once the table has at least PRUNE_FROM_ROWS lessons.
 LESSONS_TEXT_COMMON_SHARE = env.number("LESSONBOARD_RETRIEVAL_COMMON_SHARE", 0.02, minimum=0.0, maximum=1.0)
@@ -521,6 +575,10 @@ LESSONS_QUERY_MAX_CHARS = env.integer("LESSONBOARD_RETRIEVAL_QUERY_MAX_CHARS", 1
 LESSONS_QUERY_CACHE_SIZE = env.integer("LESSONBOARD_RETRIEVAL_QUERY_CACHE", 2048, minimum=0)
 # The full-text branch ranks at most this many matching lessons (a bound on its cost at any size).
 LESSONS_TEXT_CANDIDATES = env.integer("LESSONBOARD_RETRIEVAL_TEXT_CANDIDATES", 2000, minimum=1)
+# The full-text branch ORs at most this many of a task's terms, the rarest by the planner statistics (the
+# rest are dropped and named in the explanation); the tags branch compares at most this many candidates.
+LESSONS_TEXT_MAX_TERMS = env.integer("LESSONBOARD_RETRIEVAL_MAX_TERMS", 16, minimum=1, maximum=256)
+LESSONS_TAG_MAX_CANDIDATES = env.integer("LESSONBOARD_RETRIEVAL_MAX_TAG_CANDIDATES", 32, minimum=1, maximum=512)
 # A sweep for lessons whose embed task was lost (broker down at commit time, a model switch).
 CELERY_BEAT_SCHEDULE["lessons-embed-missing"] = {"task": "lessons.tasks.embed_missing", "schedule": 300.0}
 

@@ -8,11 +8,17 @@ Queries may carry ``type``: ``next-task`` (a concrete task in its own words whos
 situation generally; ``split`` is ``tune`` or ``heldout``, ``lang`` ``en``/``pt``; ``batch`` 2 marks the
 60 added later, written before any tuning on them and split by a hash of their id) or ``off-topic``
 (``relevant`` is empty: the right answer is no lesson). Queries without ``type`` are the original set
-(paraphrases, identifiers, cross-lingual twins).
+(paraphrases, identifiers, cross-lingual twins). ``batch`` 3 adds ``identifier`` queries (an error code,
+flag, path or config key in the task) and ``near-twin`` queries (the task fits two lessons told apart by one
+detail), with their lessons. ``tests/data/retrieval_eval_2.jsonl`` is a second set written from scratch
+(other domains, terser notes) with ``identifier``, ``near-twin``, ``next-task``, ``paraphrase`` and
+``off-topic`` queries. A query's half is its ``split`` (``heldout-2`` counts as held out) or, for the
+original queries that have none, a hash of its id (``split_of``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +67,26 @@ def subset(
         and (batch is None or q.get("batch", 1) == batch)
     ]
     return EvalSet(eval_set.lessons, queries)
+
+
+def split_of(query: dict[str, Any]) -> str:
+    """``tune`` or ``heldout``: the query's own split, else by a hash of its id (deterministic)."""
+    split = query.get("split")
+    if split:
+        return "tune" if split == "tune" else "heldout"
+    return "tune" if hashlib.sha256(query["id"].encode()).digest()[0] % 2 == 0 else "heldout"
+
+
+def kind_of(query: dict[str, Any]) -> str:
+    return str(query.get("type", "original"))
+
+
+def by_kind_and_half(eval_set: EvalSet) -> dict[tuple[str, str], EvalSet]:
+    """The set's queries grouped by (kind, half)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for query in eval_set.queries:
+        groups.setdefault((kind_of(query), split_of(query)), []).append(query)
+    return {key: EvalSet(eval_set.lessons, queries) for key, queries in sorted(groups.items())}
 
 
 def store(eval_set: EvalSet) -> dict[str, int]:

@@ -9,7 +9,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Left
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
@@ -35,7 +35,14 @@ class LessonQuerySet(models.QuerySet["Lesson"]):
         """What a list shows: the situation and the correction cut in SQL (``situation_preview``,
         ``correction_preview``); no content, vector, search vector or extra fields."""
         return self.defer(
-            "situation", "mistake", "correction", "content", "search_vector", "embedding", "chatcli_extra"
+            "situation",
+            "mistake",
+            "correction",
+            "content",
+            "search_vector",
+            "term_vector",
+            "embedding",
+            "chatcli_extra",
         ).annotate(
             situation_preview=Left("situation", LIST_PREVIEW_CHARS),
             correction_preview=Left("correction", LIST_PREVIEW_CHARS),
@@ -94,6 +101,21 @@ class Lesson(models.Model):
         output_field=SearchVectorField(),
         db_persist=True,
     )
+    # Identifier-aware full text (migration 0009, docs/lessons.md#full-text): the language's stems, the
+    # words unstemmed and every code-like token whole, by segment and in parts (``lesson_code_terms``).
+    term_vector = models.GeneratedField(
+        expression=models.Func(
+            F("lang"),
+            F("situation"),
+            F("mistake"),
+            F("correction"),
+            F("trigger"),
+            F("tags"),
+            function="lesson_term_vector",
+        ),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
     # Vector branch: the embedding of ``embedding_text()`` by ``embedding_model`` (NULL until the
     # ``embed`` task has run). The dimension is a setting, checked against the provider at start-up.
     embedding = VectorField(dimensions=settings.LESSONS_EMBEDDING_DIMENSIONS, null=True, blank=True)
@@ -117,6 +139,7 @@ class Lesson(models.Model):
             GinIndex(fields=["tags"], name="lesson_tags_gin"),
             models.Index(fields=["status", "-created_at"]),
             GinIndex(fields=["search_vector"], name="lesson_search_gin"),
+            GinIndex(fields=["workspace", "term_vector"], name="lesson_terms_ws_gin"),
             HnswIndex(
                 name="lesson_embedding_hnsw",
                 fields=["embedding"],

@@ -19,10 +19,12 @@ import hashlib
 import io
 import itertools
 import logging
+import math
 import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -31,12 +33,12 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import close_old_connections, connection, transaction
-from django.db.models import F
+from django.db.models import Subquery
 from pgvector.django import CosineDistance
 
 from lessonboard import files, llm
+from lessonboard.models import Workspace
 from lessons import embeddings, language
 from lessons.content import STOP_WORDS
 from lessons.metrics import RETRIEVAL_SECONDS
@@ -67,7 +69,10 @@ class Filters:
 
     def apply(self, queryset: Any) -> Any:
         if self.workspace:
-            queryset = queryset.filter(workspace__slug=self.workspace)
+            # The workspace's id as a parameter (not a join): the full-text GIN index leads with it.
+            queryset = queryset.filter(
+                workspace_id=Subquery(Workspace.objects.filter(slug=self.workspace).values("id")[:1])
+            )
         if self.tags:
             queryset = queryset.filter(tags__contains=list(self.tags))
         if self.trigger:
@@ -134,24 +139,36 @@ def query_terms(query: str) -> list[str]:
     return list(seen)
 
 
-def _tsquery_terms(terms: list[str]) -> list[str]:
-    # to_tsquery syntax: only letter/digit runs, ORed; identifiers split into their parts.
-    parts: dict[str, None] = {}
-    for term in terms:
-        for part in re.findall(r"[^\W_]+", term):
-            parts.setdefault(part, None)
-    return list(parts)
-
-
-# Full text at scale: an ORed query containing a word most lessons have ("file", "error") makes
-# PostgreSQL rank a large part of the table. Once the table is big, words the planner statistics
-# (pg_stats.most_common_elems, kept by ANALYZE) find in more than LESSONS_TEXT_COMMON_SHARE of lessons
-# are left out of the query — they carry almost no ranking information anyway (BM25 would give them
-# ~0 weight) — keeping at least the rarest word when full text is all there is (no embedder); next to
-# the vector branch a task of common words only skips full text (finding a frequent word's rows alone
-# cost 100+ ms at 100k). Below LESSONS_TEXT_PRUNE_FROM_ROWS lessons, nothing is left out.
+# --- the full-text branch ---------------------------------------------------------------------------
+# It searches ``term_vector`` (migration 0009): a lesson's words stemmed by its language, the same words
+# unstemmed ('simple'), and every code-like token (``go.sum``, ``ERR_OSSL_EVP_UNSUPPORTED``,
+# ``--max-old-space-size``, ``E0382``, ``import.meta.env.VITE_API_URL``) whole, by segment and in parts,
+# extracted by the SQL function ``lesson_code_terms`` that the task goes through too. A task becomes
+# *terms*: each plain word (its stems and itself) and each code-like token or part. A lesson's score is the
+# sum of the inverse document frequencies (BM25's idf, from the planner statistics of ``term_vector``) of
+# the terms it has, plus a small share of ``ts_rank`` (how often and how densely): a rare exact identifier
+# outweighs any number of everyday words.
+#
+# Cost (docs/api.md#limits): at most ``LESSONS_TEXT_MAX_TERMS`` terms are ORed — the rarest by the
+# statistics, the rest dropped and listed in the explanation (``text_terms_over_cap``) — and on a big table
+# (``LESSONS_TEXT_PRUNE_FROM_ROWS``) terms in more than ``LESSONS_TEXT_COMMON_SHARE`` of lessons are left
+# out (``common_terms_left_out``; next to the vector branch a task of common words only skips full text).
+# At most ``LESSONS_TEXT_CANDIDATES`` matching rows are scored; the GIN index leads with the workspace, so a
+# workspace's search is bounded inside the index scan.
 _STATS_TTL = 300.0
 _stats_cache: dict[str, Any] = {"at": -_STATS_TTL, "freqs": {}, "rows": 0.0}
+_PLAIN = re.compile(r"[^\W_]+")
+_EXACT = re.compile(r"[0-9_.:/=@+-]")
+_CAMEL = re.compile(r"[A-Za-z0-9]*[a-z][A-Z][A-Za-z0-9]*")
+
+
+@dataclass(frozen=True)
+class TextTerm:
+    label: str  # the task's own form
+    lexemes: tuple[str, ...]  # any of these in ``term_vector`` counts
+    share: float  # of lessons having it (planner statistics; the floor of the known shares when unknown)
+    idf: float
+    exact: bool = False  # a code-like token (digits, punctuation or camelCase): an identifier, not a word
 
 
 # A workspace's search is pruned by that workspace's own statistics (its newest WORKSPACE_TERM_SAMPLE
@@ -196,21 +213,22 @@ def _workspace_term_frequencies(workspace: str) -> tuple[dict[str, float], float
 
 
 def _term_frequencies() -> tuple[dict[str, float], float]:
+    """(lexeme → share of lessons, rows) from ``pg_stats`` of ``term_vector`` (kept by ANALYZE)."""
     now = time.monotonic()
     if now - _stats_cache["at"] > _STATS_TTL:
         with connection.cursor() as cursor:
             cursor.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass('lessons_lesson')")
             row = cursor.fetchone()
-            rows = float(row[0]) if row and row[0] else 0.0
-            freqs: dict[str, float] = {}
-            if rows >= settings.LESSONS_TEXT_PRUNE_FROM_ROWS:
-                cursor.execute(
-                    "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats "
-                    "WHERE tablename = 'lessons_lesson' AND attname = 'search_vector'"
-                )
-                stats = cursor.fetchone()
-                if stats and stats[0]:
-                    freqs = dict(zip(stats[0], stats[1], strict=False))
+            rows = float(row[0]) if row and row[0] and row[0] > 0 else 0.0
+            if rows <= 0:  # never analysed (a new table): count, up to a bound
+                cursor.execute("SELECT count(*) FROM (SELECT 1 FROM lessons_lesson LIMIT 100000) AS s")
+                rows = float(cursor.fetchone()[0])
+            cursor.execute(
+                "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats "
+                "WHERE tablename = 'lessons_lesson' AND attname = 'term_vector'"
+            )
+            stats = cursor.fetchone()
+            freqs: dict[str, float] = dict(zip(stats[0], stats[1], strict=False)) if stats and stats[0] else {}
         _stats_cache.update(at=now, freqs=freqs, rows=rows)
     return _stats_cache["freqs"], _stats_cache["rows"]
 
@@ -223,60 +241,157 @@ def query_configs(query: str) -> list[str]:
     return [*configs, "simple"]
 
 
-def _lexemes(words: list[str], configs: list[str] | None = None) -> list[str]:
-    configs = configs or ["english"]
-    text = " ".join(words)
-    parts = " || ".join("to_tsvector(%s::regconfig, %s)" for _ in configs)
-    params: list[str] = []
-    for config in configs:
-        params += [config, text]
+def _analyse(query: str) -> tuple[list[tuple[str, tuple[str, ...]]], list[str]]:
+    """(plain word → its lexemes, code-like lexemes) of a task, in one round trip."""
+    words = [w for w in query_terms(query) if _PLAIN.fullmatch(w)]
+    configs = query_configs(query)
+    stems = " || ".join("to_tsvector(%s::regconfig, w)" for _ in configs)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT tsvector_to_array({parts})", params)
+        cursor.execute(
+            f"SELECT w, tsvector_to_array({stems}) FROM unnest(%s::text[]) WITH ORDINALITY AS u(w, n) ORDER BY n",  # noqa: S608
+            [*configs, words],
+        )
+        plain = [(w, tuple(sorted({w, *(lex or [])}))) for w, lex in cursor.fetchall()]
+        cursor.execute("SELECT lesson_code_terms(%s)", [query])
         row = cursor.fetchone()
-    return sorted(row[0] or []) if row else []
+    return plain, list(row[0] or []) if row else []
+
+
+def analyse_terms(
+    query: str, *, keep_rarest: bool = True, workspace: str = ""
+) -> tuple[list[TextTerm], dict[str, list[str]]]:
+    """The task's full-text terms, rarest first, and those left out: ``{"common": [...], "over_cap": [...]}``.
+    The idf comes from the whole table's statistics; in a workspace, which terms are too common to search
+    comes from that workspace's own (so ``common_terms_left_out`` never tells one tenant about another's)."""
+    plain, code = _analyse(query)
+    freqs, rows = _term_frequencies()
+    unknown = min(freqs.values()) / 2 if freqs else 0.0
+    n_rows = max(rows, 1.0)
+    groups: dict[str, tuple[str, ...]] = {}
+    for word, lexemes in plain:
+        groups.setdefault(word, lexemes)
+    known = {lex for lexemes in groups.values() for lex in lexemes}
+    for lex in code:
+        if lex not in known:
+            groups.setdefault(lex, (lex,))
+    camel = {token.lower() for token in _CAMEL.findall(query)}
+    terms = []
+    for label, lexemes in groups.items():
+        share = max(freqs.get(lex, unknown) for lex in lexemes)
+        df = share * n_rows
+        idf = math.log(1.0 + (n_rows - df + 0.5) / (df + 0.5))
+        terms.append(TextTerm(label, lexemes, share, idf, bool(_EXACT.search(label)) or label in camel))
+    terms.sort(key=lambda t: (t.share, -len(t.label), t.label))
+    left_out: dict[str, list[str]] = {"common": [], "over_cap": []}
+    if workspace:
+        prune_freqs, prune_rows = _workspace_term_frequencies(workspace)
+    else:
+        prune_freqs, prune_rows = freqs, rows
+
+    def share_of(term: TextTerm) -> float:
+        return term.share if not workspace else max(prune_freqs.get(lex, 0.0) for lex in term.lexemes)
+
+    if prune_rows >= settings.LESSONS_TEXT_PRUNE_FROM_ROWS and prune_freqs:
+        kept = [t for t in terms if share_of(t) <= settings.LESSONS_TEXT_COMMON_SHARE]
+        if not kept and terms and keep_rarest:
+            kept = terms[:1]
+        left_out["common"] = [t.label for t in terms if t not in kept]
+        terms = kept
+    cap = settings.LESSONS_TEXT_MAX_TERMS
+    left_out["over_cap"] = [t.label for t in terms[cap:]]
+    return terms[:cap], left_out
 
 
 def text_terms(query: str, *, keep_rarest: bool = True, workspace: str = "") -> tuple[list[str], list[str]]:
-    """(lexemes searched, common lexemes left out) for the full-text branch; in a workspace, by its statistics."""
-    lexemes = _lexemes(_tsquery_terms(query_terms(query)), query_configs(query))
-    freqs, rows = _workspace_term_frequencies(workspace) if workspace else _term_frequencies()
-    if rows < settings.LESSONS_TEXT_PRUNE_FROM_ROWS or not freqs:
-        return lexemes, []
-    kept = [lex for lex in lexemes if freqs.get(lex, 0.0) <= settings.LESSONS_TEXT_COMMON_SHARE]
-    if not kept and lexemes and keep_rarest:
-        kept = [min(lexemes, key=lambda lex: freqs.get(lex, 0.0))]
-    return kept, [lex for lex in lexemes if lex not in kept]
+    """(lexemes searched, lexemes of the common terms left out) for the full-text branch; in a workspace,
+    what counts as common comes from that workspace's own statistics."""
+    terms, left_out = analyse_terms(query, keep_rarest=keep_rarest, workspace=workspace)
+    searched = sorted({lex for t in terms for lex in t.lexemes})
+    return searched, sorted(left_out["common"])
 
 
-def text_branch(query: str, base: Any, depth: int, lexemes: list[str] | None = None) -> list[tuple[int, float]]:
-    """Lessons matching any of the task's lexemes, by cover density. At most ``LESSONS_TEXT_CANDIDATES``
-    matching rows are ranked (the GIN index finds them; ranking is what costs), which bounds the branch
-    at any table size; the common-word pruning above keeps the matching set small in the first place."""
-    if lexemes is None:
-        lexemes, _ = text_terms(query)
-    if not lexemes:
+def _tsquery(lexemes: Iterable[str]) -> str:
+    # tsquery's own input syntax: quoted lexemes are taken as they are (no parser, no stemming).
+    return " | ".join("'" + lex.replace("'", "''") + "'" for lex in lexemes)
+
+
+def text_branch(
+    query: str, base: Any, depth: int, lexemes: list[str] | None = None, terms: list[TextTerm] | None = None
+) -> list[tuple[int, float]]:
+    """``text_branch_detail`` without the exact-term share: (lesson id, score), best first."""
+    return [(pk, score) for pk, score, _ in text_branch_detail(query, base, depth, lexemes, terms)]
+
+
+def text_branch_detail(
+    query: str, base: Any, depth: int, lexemes: list[str] | None = None, terms: list[TextTerm] | None = None
+) -> list[tuple[int, float, float]]:
+    """Lessons having any of the task's terms, by the idf of the terms they have (see above). At most
+    ``LESSONS_TEXT_CANDIDATES`` matching rows are scored, which bounds the branch at any table size."""
+    if terms is None:
+        terms, _ = analyse_terms(query)
+    if lexemes is not None:
+        wanted = set(lexemes)
+        terms = [t for t in terms if wanted & set(t.lexemes)]
+    if not terms:
         return []
-    # The lexemes are already stemmed: 'simple' keeps them as they are; quoting keeps to_tsquery's syntax out.
-    raw = " | ".join("'" + lex.replace("'", "''") + "'" for lex in lexemes)
-    tsquery = SearchQuery(raw, search_type="raw", config="simple")
-    # One pass: the bounded candidate scan ranks each row it reads, and PostgreSQL keeps the top ``depth``.
-    # order_by(): with the model's default order (newest first) PostgreSQL found and sorted every matching
-    # row before taking the bound (90 ms for a word in 60% of 100k lessons); unordered, the scan stops at
-    # it. Ranking inside the scan saves joining the candidates back to the table (a second heap visit).
+    every = _tsquery(lex for t in terms for lex in t.lexemes)
+    scored = " + ".join("CASE WHEN lessons_lesson.term_vector @@ %s::tsquery THEN %s ELSE 0 END" for _ in terms)
+    score_params: list[Any] = []
+    for term in terms:
+        score_params += [_tsquery(term.lexemes), term.idf]
+    exact_terms = [t for t in terms if t.exact]
+    exact = " + ".join("CASE WHEN lessons_lesson.term_vector @@ %s::tsquery THEN %s ELSE 0 END" for _ in exact_terms)
+    exact_params: list[Any] = []
+    for term in exact_terms:
+        exact_params += [_tsquery(term.lexemes), term.idf]
+    # order_by(): unordered, the bounded scan stops at the bound instead of sorting every match first.
     candidates = (
-        base.filter(search_vector=tsquery)
+        base.extra(  # noqa: S610 - every value is a parameter
+            select={
+                "tscore": f"({scored}) + 0.1 * ts_rank(lessons_lesson.term_vector, %s::tsquery, 1)",
+                "texact": f"({exact or '0'})",
+            },
+            select_params=[*score_params, every, *exact_params],
+            where=["lessons_lesson.term_vector @@ %s::tsquery"],
+            params=[every],
+        )
         .order_by()
-        .annotate(rank=SearchRank(F("search_vector"), tsquery, cover_density=True, normalization=1))
-        .values_list("id", "rank")[: settings.LESSONS_TEXT_CANDIDATES]
+        .values_list("id", "tscore", "texact")[: settings.LESSONS_TEXT_CANDIDATES]
     )
     sql, params = candidates.query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT c.id, c.rank FROM ({sql}) AS c ORDER BY c.rank DESC, c.id DESC LIMIT %s",  # noqa: S608
+            f"SELECT c.id, c.tscore, c.texact FROM ({sql}) AS c ORDER BY c.tscore DESC, c.id DESC LIMIT %s",  # noqa: S608
             [*params, depth],
         )
         rows = cursor.fetchall()
-    return [(pk, float(score)) for pk, score in rows]
+    return [(pk, float(score), float(exact)) for pk, score, exact in rows]
+
+
+def rare_exact(text_rows: list[tuple[int, float, float]], min_idf: float) -> bool:
+    """Whether the best full-text hit has the task's exact identifiers worth ``min_idf`` (summed idf)."""
+    return bool(text_rows) and text_rows[0][2] >= min_idf
+
+
+def floor_features(
+    vector_rows: list[tuple[int, float]],
+    text_rows: list[tuple[int, float, float]],
+    terms: list[TextTerm],
+    floor: dict[str, Any] | None,
+) -> dict[str, float]:
+    """What the floor decides on: ``gap`` (best lesson's cosine − the closest everyday sentence's),
+    ``cover`` (the share of the task's idf mass the best full-text hit has), ``exact`` (the idf of the
+    task's identifiers it has), ``agree`` (1 when the best vector hit is among the first 5 full-text
+    hits) and ``margin`` (the cosine between the first two vector hits)."""
+    mass = sum(t.idf for t in terms) or 1.0
+    top_text = [pk for pk, _, _ in text_rows[:5]]
+    return {
+        "gap": (floor["best_similarity"] - floor["background_similarity"]) if floor else -1.0,
+        "cover": min(text_rows[0][1] / mass, 1.0) if text_rows else 0.0,
+        "exact": text_rows[0][2] if text_rows else 0.0,
+        "agree": 1.0 if vector_rows and vector_rows[0][0] in top_text else 0.0,
+        "margin": vector_rows[0][1] - vector_rows[1][1] if len(vector_rows) > 1 else 0.0,
+    }
 
 
 class QueryVectors:
@@ -409,7 +524,9 @@ def tag_branch(query: str, base: Any, depth: int) -> list[tuple[int, float]]:
     candidates.update(f"{a}-{b}" for a, b in itertools.pairwise(plain))
     if not candidates:
         return []
-    wanted = sorted(candidates)
+    # At most LESSONS_TAG_MAX_CANDIDATES: the task's words first (in order), then word pairs.
+    ordered = list(dict.fromkeys([*words, *(f"{a}-{b}" for a, b in itertools.pairwise(plain))]))
+    wanted = sorted(ordered[: settings.LESSONS_TAG_MAX_CANDIDATES])
     rows = (
         base.filter(tags__overlap=wanted)
         .extra(
@@ -434,6 +551,36 @@ def fuse(
             detail.setdefault(pk, {})[branch] = BranchHit(rank, score)
             if weight > 0:
                 fused[pk] = fused.get(pk, 0.0) + weight / (rrf_k + rank)
+    order = sorted(fused, key=lambda pk: (-fused[pk], min(h.rank for h in detail[pk].values()), pk))
+    return [(pk, fused[pk], detail[pk]) for pk in order]
+
+
+def fuse_scores(
+    rankings: dict[str, list[tuple[int, float]]], weights: Weights, text_mass: float
+) -> list[tuple[int, float, dict[str, BranchHit]]]:
+    """Score fusion (the default, chosen by bench/bench_retrieval_fusion.py): ``vector × cosine + text ×
+    the share of the task's idf mass the lesson's terms cover + tags × shared tags / the most shared``. A
+    lesson one branch did not find gets that branch's nothing (the vector branch's last cosine). Unlike rank
+    fusion this keeps *how much* better a hit is: a task whose rare identifier only one lesson has leans on
+    full text; a task of everyday words (small coverage everywhere) on the vector branch."""
+    detail: dict[int, dict[str, BranchHit]] = {}
+    for branch, rows in rankings.items():
+        for rank, (pk, score) in enumerate(rows, start=1):
+            detail.setdefault(pk, {})[branch] = BranchHit(rank, score)
+    vector_rows = rankings.get("vector") or []
+    vector_floor = vector_rows[-1][1] if vector_rows else 0.0
+    top_tags = max((score for _, score in rankings.get("tags") or []), default=1.0) or 1.0
+    mass = text_mass or 1.0
+    fused: dict[int, float] = {}
+    for pk, found in detail.items():
+        score = 0.0
+        if vector_rows and weights.vector > 0:
+            score += weights.vector * (found["vector"].score if "vector" in found else vector_floor)
+        if "text" in found and weights.text > 0:
+            score += weights.text * min(found["text"].score / mass, 1.0)
+        if "tags" in found and weights.tags > 0:
+            score += weights.tags * found["tags"].score / top_tags
+        fused[pk] = score
     order = sorted(fused, key=lambda pk: (-fused[pk], min(h.rank for h in detail[pk].values()), pk))
     return [(pk, fused[pk], detail[pk]) for pk in order]
 
@@ -513,7 +660,9 @@ def _search(
         "hyde": None,
     }
     rankings: dict[str, list[tuple[int, float]]] = {}
+    text_mass = 0.0
     explanation["branches_run"] = list(branches)
+    explanation["fusion"] = settings.LESSONS_FUSION
     if full_length > len(query):
         explanation["truncated"] = {"from_chars": full_length, "to_chars": len(query)}
     provider = embeddings.provider() if "vector" in branches else None
@@ -523,11 +672,24 @@ def _search(
     if provider is not None and query.strip() and not hyde:
         pending = _embedder_pool.submit(_embed_query, provider, query, filters.workspace)
     if "text" in branches:
-        searched, common = text_terms(query, keep_rarest=provider is None, workspace=filters.workspace)
-        rankings["text"] = text_branch(query, base, depth, lexemes=searched)
-        explanation["text_terms"] = searched
-        if common:
-            explanation["common_terms_left_out"] = common
+        terms, left_out = analyse_terms(query, keep_rarest=provider is None, workspace=filters.workspace)
+        text_mass = sum(t.idf for t in terms)
+        explanation["text_idf_mass"] = round(text_mass, 6)
+        detail = text_branch_detail(query, base, depth, terms=terms)
+        rankings["text"] = [(pk, score) for pk, score, _ in detail]
+        if rare_exact(detail, settings.LESSONS_EXACT_MIN_IDF) and weights.text > 0:
+            # A rare identifier of the task is in the best full-text hit: lean on full text.
+            weights = Weights(max(weights.text, settings.LESSONS_WEIGHT_TEXT_EXACT), weights.vector, weights.tags)
+            explanation["rare_identifiers"] = {"text_weight": weights.text, "exact_idf": round(detail[0][2], 4)}
+        explanation["text_terms"] = sorted({lex for t in terms for lex in t.lexemes})
+        if left_out["common"]:
+            explanation["common_terms_left_out"] = left_out["common"]
+        if left_out["over_cap"]:
+            explanation["text_terms_over_cap"] = {
+                "cap": settings.LESSONS_TEXT_MAX_TERMS,
+                "dropped": left_out["over_cap"],
+                "reason": f"only the {settings.LESSONS_TEXT_MAX_TERMS} rarest terms of the task are searched",
+            }
     if "tags" in branches:
         rankings["tags"] = tag_branch(query, base, depth)
     if provider is not None and query.strip():
@@ -569,7 +731,10 @@ def _search(
         )
         if floor:
             return SearchResult([], explanation, verdict["reason"])
-    fused = fuse(rankings, weights, settings.LESSONS_RRF_K)[:k]
+    if settings.LESSONS_FUSION == "score":
+        fused = fuse_scores(rankings, weights, text_mass)[:k]
+    else:
+        fused = fuse(rankings, weights, settings.LESSONS_RRF_K)[:k]
     lessons = Lesson.objects.select_related("workspace").in_bulk([pk for pk, _, _ in fused])
     hits = [Hit(lessons[pk], score, detail) for pk, score, detail in fused if pk in lessons]
     reason = "" if hits else "no lesson matches the task and the filters"

@@ -52,13 +52,17 @@ def test_it_gives_each_hit_its_branch_ranks_and_the_fused_score(corpus):
     assert top.branches["vector"].rank == 1 and 0 < top.branches["vector"].score <= 1
     assert top.branches["text"].rank == 1
     assert top.branches["tags"].rank == 1 and top.branches["tags"].score == 1.0  # the tag "429"
+    # Score fusion (the default with use): cosine + text × the share of the task's idf mass it covers + tags.
+    cover = min(top.branches["text"].score / result.explanation["text_idf_mass"], 1.0)
+    assert result.explanation["fusion"] == "score"
+    text_weight = result.explanation.get("rare_identifiers", {}).get("text_weight", settings.LESSONS_WEIGHT_TEXT)
     assert top.score == pytest.approx(
-        1.0 / 61 + settings.LESSONS_WEIGHT_TEXT / 61
-    )  # default weights: vector 1, text, tags 0
+        top.branches["vector"].score + text_weight * cover + settings.LESSONS_WEIGHT_TAGS * 1.0
+    )
     assert result.explanation["rrf_k"] == 60 and result.explanation["hyde"] is None
     assert "429" in result.explanation["terms"]
     assert "payment" in result.explanation["text_terms"]  # stemmed lexemes
-    assert retrieval.search("payments", k=1).explanation["branches_run"] == ["text", "vector"]  # tags weigh 0
+    assert retrieval.search("payments", k=1).explanation["branches_run"] == ["text", "vector", "tags"]
     assert top.as_dict()["branches"]["vector"]["rank"] == 1
 
 
@@ -249,3 +253,14 @@ def test_the_query_embedding_thread_replaces_a_connection_the_database_dropped(f
         assert len(fake_openai.requests) == before  # nothing was sent to an endpoint the breaker holds closed
     finally:
         vectors.resize_column(512)
+
+
+@pytest.mark.django_db
+def test_a_task_naming_a_rare_identifier_leans_on_full_text(corpus, settings):
+    retrieval.reset_term_stats()
+    result = retrieval.search("the nightly batch job got 429 again", k=3)
+    assert result.hits[0].lesson == corpus["rate"]
+    assert result.explanation["rare_identifiers"]["text_weight"] == settings.LESSONS_WEIGHT_TEXT_EXACT
+    plain = retrieval.search("resolve the merge conflict markers", k=3)
+    assert "rare_identifiers" not in plain.explanation
+    retrieval.reset_term_stats()

@@ -37,3 +37,68 @@ def test_the_filters_narrow_the_candidates_before_the_bound(settings) -> None:
     settings.LESSONS_TEXT_CANDIDATES = 1
     base = retrieval.Filters(workspace="alpha").apply(Lesson.objects.all())
     assert [pk for pk, _ in retrieval.text_branch("ENOSPC", base, 20)] == [scoped.pk]
+
+
+def test_it_finds_code_like_tokens_whole_and_in_parts() -> None:
+    openssl = add("webpack build on Node 18 failed with ERR_OSSL_EVP_UNSUPPORTED", "set NODE_OPTIONS for the build")
+    vite = add("import.meta.env.VITE_API_URL was undefined in production", "prefix the variable with VITE_")
+    npe = add("the Java service threw NullPointerException at start", "check the config bean")
+    flag = add("tsc ran out of heap", "raise --max-old-space-size=4096 for the type check")
+    base = Lesson.objects.active()
+
+    def first(task: str) -> int:
+        return retrieval.text_branch(task, base, 5)[0][0]
+
+    assert first("ERR_OSSL_EVP_UNSUPPORTED") == openssl.pk  # whole
+    assert first("evp unsupported") == openssl.pk  # snake parts
+    assert first("VITE_API_URL is empty") == vite.pk  # a dotted path's segment
+    assert first("null pointer exception") == npe.pk  # camelCase parts
+    assert first("max-old-space-size") == flag.pk  # a flag
+    lexemes = {lex for term in retrieval.analyse_terms("os.environ['DATABASE_URL']")[0] for lex in term.lexemes}
+    assert {"os.environ", "database_url", "database", "url"} <= lexemes
+
+
+def test_it_ors_at_most_the_rarest_terms_of_the_cap_and_names_those_it_dropped(settings) -> None:
+    from django.db import connection
+
+    for n in range(6):
+        add(f"deploy service {n} with the pipeline", f"check the pipeline step {n}")
+    rare = add("deploy service with the pipeline failed on ZX81FAULT", "restart the pipeline runner")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE lessons_lesson")
+    retrieval.reset_term_stats()
+    settings.LESSONS_TEXT_MAX_TERMS = 2
+    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    result = retrieval.search("deploy the service with the pipeline: ZX81FAULT again", k=3)
+    dropped = result.explanation["text_terms_over_cap"]
+    assert dropped["cap"] == 2 and "2 rarest" in dropped["reason"]
+    assert {"deploy", "pipeline"} & set(dropped["dropped"])
+    assert "zx81fault" in result.explanation["text_terms"]  # the rarest is kept
+    assert result.hits[0].lesson == rare
+    retrieval.reset_term_stats()
+
+
+def test_the_workspace_filter_is_applied_inside_the_full_text_index_scan() -> None:
+    from django.db import connection
+
+    ws = WorkspaceFactory(slug="beta")
+    add("ENOSPC on the beta runner", "prune it", workspace=ws)
+    terms, _ = retrieval.analyse_terms("ENOSPC")
+    base = retrieval.Filters(workspace="beta").apply(Lesson.objects.all())
+    query = base.extra(where=["lessons_lesson.term_vector @@ %s::tsquery"], params=["'enospc'"]).values("id")
+    sql, params = query.query.sql_with_params()
+    with connection.cursor() as cursor:
+        # Only the (workspace, term_vector) GIN index left to the planner (the test's transaction undoes it).
+        cursor.execute(
+            "SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = 'lessons_lesson'::regclass "
+            "AND NOT indisunique AND indexrelid::regclass::text <> 'lesson_terms_ws_gin'"
+        )
+        for (name,) in cursor.fetchall():
+            cursor.execute(f"DROP INDEX {name}")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "lesson_terms_ws_gin" in plan
+    index_cond = [line for line in plan.splitlines() if "Index Cond" in line]
+    assert any("workspace_id" in line and "term_vector" in line for line in index_cond), plan
+    assert terms and [pk for pk, _ in retrieval.text_branch("ENOSPC", base, 5)]
