@@ -161,6 +161,7 @@ MIDDLEWARE = [
     "lessonboard.middleware.NoStoreForAuthenticatedMiddleware",
     "axes.middleware.AxesMiddleware",
     "lessonboard.middleware.ReadableNotAllowedMiddleware",  # operator pages: a 405 page, not an empty body
+    "lessonboard.timeouts.StatementTimeoutMiddleware",  # a query past its class's timeout: a 503 page
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -327,6 +328,14 @@ WEB_THREADS = env.integer("LESSONBOARD_WEB_THREADS", 16, minimum=1)
 # How many POST /api/v1/refine requests per web process may wait for their run at once (the rest get 202
 # and a URL to poll straight away): a waiting request holds a thread.
 REFINE_API_MAX_WAITERS = env.integer("LESSONBOARD_REFINE_API_MAX_WAITERS", 4, minimum=0)
+
+# --- bounded cost per request (docs/api.md#limits) ----------------------------------------------------------
+# PostgreSQL statement_timeout for the queries of each request class, in seconds (0 = none): a retrieve
+# call, a list page (lessons, queue tabs) and a search (the lessons page's ?q=, the queue's ?q=). A query
+# past it is cancelled and the request answers 503 naming the setting instead of holding a thread.
+STATEMENT_TIMEOUT_RETRIEVE = env.duration("LESSONBOARD_STATEMENT_TIMEOUT_RETRIEVE", 2.0, minimum=0)
+STATEMENT_TIMEOUT_LIST = env.duration("LESSONBOARD_STATEMENT_TIMEOUT_LIST", 3.0, minimum=0)
+STATEMENT_TIMEOUT_SEARCH = env.duration("LESSONBOARD_STATEMENT_TIMEOUT_SEARCH", 2.0, minimum=0)
 
 # --- logging -------------------------------------------------------------------------------------------
 LOG_LEVEL: str = env.choice("LESSONBOARD_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
