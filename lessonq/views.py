@@ -63,6 +63,7 @@ def index(request: HttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "filter": flt,
+        "search_refused": triage.search_refusal(flt.tab, flt.q),
         "tab": triage.TABS[flt.tab],
         "tabs": _tabs(flt),
         "page": page,
