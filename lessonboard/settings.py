@@ -336,6 +336,13 @@ REFINE_API_MAX_WAITERS = env.integer("LESSONBOARD_REFINE_API_MAX_WAITERS", 4, mi
 STATEMENT_TIMEOUT_RETRIEVE = env.duration("LESSONBOARD_STATEMENT_TIMEOUT_RETRIEVE", 2.0, minimum=0)
 STATEMENT_TIMEOUT_LIST = env.duration("LESSONBOARD_STATEMENT_TIMEOUT_LIST", 3.0, minimum=0)
 STATEMENT_TIMEOUT_SEARCH = env.duration("LESSONBOARD_STATEMENT_TIMEOUT_SEARCH", 2.0, minimum=0)
+# Derived views pages read instead of computing (knowledge-gap groups, the inbox's nav badge) are refreshed
+# by beat this often, and on their inputs' changes (an inbox action, a gap dismissed, a gap's vector stored).
+DERIVED_REFRESH_INTERVAL = env.duration("LESSONBOARD_DERIVED_REFRESH_INTERVAL", 15.0, minimum=1)
+CELERY_BEAT_SCHEDULE["derived-refresh"] = {
+    "task": "lessonboard.tasks.refresh_derived",
+    "schedule": DERIVED_REFRESH_INTERVAL,
+}
 
 # --- logging -------------------------------------------------------------------------------------------
 LOG_LEVEL: str = env.choice("LESSONBOARD_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
