@@ -325,6 +325,14 @@ CELERY_BEAT_SCHEDULE["llm-breaker-probe"] = {
 # --- web under load (docs/operations.md#web-under-load) ---------------------------------------------------
 # gunicorn runs gthread workers with LESSONBOARD_WEB_THREADS threads each (read by lessonboard/gunicorn_conf.py).
 WEB_THREADS = env.integer("LESSONBOARD_WEB_THREADS", 16, minimum=1)
+# gunicorn replaces a web worker after about this many requests (plus up to the jitter, per worker), so no
+# growth is unbounded (read by lessonboard/gunicorn_conf.py; docs/operations.md#memory); 0 = never.
+WEB_MAX_REQUESTS = env.integer("LESSONBOARD_WEB_MAX_REQUESTS", 2000, minimum=0)
+WEB_MAX_REQUESTS_JITTER = env.integer("LESSONBOARD_WEB_MAX_REQUESTS_JITTER", 200, minimum=0)
+# Celery prefork children are replaced after this many tasks, or after a task that leaves them above this
+# resident size (MiB): the embedding model and 15 MiB payloads pass through them.
+CELERY_WORKER_MAX_TASKS_PER_CHILD = env.integer("LESSONBOARD_WORKER_MAX_TASKS_PER_CHILD", 1000, minimum=1)
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = 1024 * env.integer("LESSONBOARD_WORKER_MAX_MEMORY_MB", 1536, minimum=64)  # KiB
 # How many POST /api/v1/refine requests per web process may wait for their run at once (the rest get 202
 # and a URL to poll straight away): a waiting request holds a thread.
 REFINE_API_MAX_WAITERS = env.integer("LESSONBOARD_REFINE_API_MAX_WAITERS", 4, minimum=0)
