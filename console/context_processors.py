@@ -48,7 +48,9 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
         }
         if name == "inbox":
             try:
-                item["count"], item["counted"] = inbox.count_for(user), True
+                # The inbox page knows its own count; every other page reads the maintained one.
+                live = getattr(request, "inbox_count", None)
+                item["count"], item["counted"] = (inbox.count_for(user) if live is None else live), True
             except DatabaseError:  # the error page of a database outage still renders, without the count
                 pass
         items.append(item)

@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from django.core.cache import cache
 from django.db.models import Max, Q
 from django.urls import reverse
 from django.utils import timezone
@@ -37,7 +36,6 @@ KINDS = ("dead", "proposal", "doc", "refine", "gap")
 OPERATE, REVIEW = "lessonboard.operate_queue", "lessonboard.review_memory"
 LIMIT = 50  # rows of each kind
 DISMISS_MEMORY = timedelta(days=30)  # dismissals older than this are forgotten
-COUNT_TTL = 15  # seconds a person's nav count is cached
 
 
 @dataclass(frozen=True)
@@ -193,7 +191,7 @@ def valid_key(kind: str, key: str) -> bool:
 def items_for(user: Any) -> list[Item]:
     """What waits for ``user``: most urgent first, then newest; dismissed items left out."""
     gone = dismissed(user)
-    rows = [*_dead_groups(), *_proposals(), *_doc_rewrites(), *_refine_runs(), *_knowledge_gaps()]
+    rows = shared_items()
     visible = [i for i in rows if (i.kind, i.key) not in gone or i.when > gone[(i.kind, i.key)]]
     for item in visible:
         item.actions = [a for a in ACTIONS[item.kind] if a.perm is None or user.has_perm(a.perm)]
@@ -201,21 +199,44 @@ def items_for(user: Any) -> list[Item]:
     return visible
 
 
-def _count_key(user: Any) -> str:
-    return f"lessonboard:inbox-count:{user.pk}"
+SNAPSHOT = "lessonboard.inbox"
+
+
+def shared_items() -> list[Item]:
+    """Every waiting item, before any person's dismissals."""
+    return [*_dead_groups(), *_proposals(), *_doc_rewrites(), *_refine_runs(), *_knowledge_gaps()]
+
+
+def refresh() -> int:
+    """Store what waits (kind, key, when of each item) in the maintained row the nav badge reads; run by
+    beat (``LESSONBOARD_DERIVED_REFRESH_INTERVAL``) and after an inbox action. The number of items."""
+    from lessonboard.models import DerivedState
+
+    items = shared_items()
+    DerivedState.write(SNAPSHOT, {"items": [[i.kind, i.key, i.when.isoformat()] for i in items]})
+    return len(items)
 
 
 def count_for(user: Any) -> int:
-    """The nav badge: cached a few seconds per person (every page asks)."""
-    cached = cache.get(_count_key(user))
-    if cached is None:
-        cached = len(items_for(user))
-        cache.set(_count_key(user), cached, COUNT_TTL)
-    return int(cached)
+    """The nav badge, from the maintained row (one read by key) less this person's dismissals (one
+    indexed read); never recomputed here. 0 before the first refresh."""
+    from lessonboard.models import DerivedState
+
+    data = DerivedState.read(SNAPSHOT)
+    if not data:
+        return 0
+    gone = dismissed(user)
+    count = 0
+    for kind, key, when in data.get("items", []):
+        at = gone.get((kind, key))
+        if at is None or datetime.fromisoformat(when) > at:
+            count += 1
+    return count
 
 
 def forget_count(user: Any) -> None:
-    cache.delete(_count_key(user))
+    """After an action in the inbox: its inputs changed, so the maintained row is refreshed now."""
+    refresh()
 
 
 class InboxError(Exception):

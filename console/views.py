@@ -61,6 +61,7 @@ def overview_charts(request: HttpRequest) -> HttpResponse:
 def inbox_page(request: HttpRequest) -> HttpResponse:
     """Everything waiting for a person (``console.inbox``); htmx polls the list."""
     items = inbox.items_for(request.user)
+    request.inbox_count = len(items)  # type: ignore[attr-defined]  # the nav badge of this page
     context = {"items": items, "count": len(items), "oob_count": bool(request.htmx)}  # type: ignore[attr-defined]
     template = "lessonboard/inbox.html#inbox-list" if request.htmx else "lessonboard/inbox.html"  # type: ignore[attr-defined]
     return render(request, template, context)

@@ -28,6 +28,11 @@ def post_worker_init(worker: Any) -> None:
 # (bench/bench_web_under_load.py). Each thread keeps its own database connection.
 worker_class = "gthread"
 threads = Env().integer("LESSONBOARD_WEB_THREADS", 16, minimum=1)
+# Recycling (docs/operations.md#memory): a worker is replaced after about this many requests (each worker
+# its own number, up to the jitter more, so they never restart together), which bounds what any growth of
+# a long-lived process can reach (15 MiB trigger bodies fragment the allocator's heap). 0 = never.
+max_requests = Env().integer("LESSONBOARD_WEB_MAX_REQUESTS", 2000, minimum=0)
+max_requests_jitter = Env().integer("LESSONBOARD_WEB_MAX_REQUESTS_JITTER", 200, minimum=0)
 
 accesslog = "-"
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'

@@ -300,3 +300,26 @@ class LLMBreaker(models.Model):
 
     def __str__(self) -> str:
         return f"{self.endpoint} {self.state}"
+
+
+class DerivedState(models.Model):
+    """A derived view kept ready to read (docs/api.md#limits): knowledge-gap groups, the inbox's waiting
+    items. Written by a beat task (``lessonboard.tasks.refresh_derived``) and when an input changes
+    (an action, the embed worker); a page reads its row by primary key and never recomputes it."""
+
+    name = models.CharField(primary_key=True, max_length=100)
+    data = models.JSONField(default=dict)
+    computed_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.computed_at:%Y-%m-%d %H:%M:%S}"
+
+    @classmethod
+    def read(cls, name: str) -> Any:
+        """The stored data, or ``None`` before the first refresh."""
+        row = cls.objects.filter(pk=name).values_list("data", flat=True).first()
+        return row
+
+    @classmethod
+    def write(cls, name: str, data: Any) -> None:
+        cls.objects.update_or_create(pk=name, defaults={"data": data, "computed_at": timezone.now()})

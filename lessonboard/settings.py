@@ -162,6 +162,7 @@ MIDDLEWARE = [
     "lessonboard.middleware.NoStoreForAuthenticatedMiddleware",
     "axes.middleware.AxesMiddleware",
     "lessonboard.middleware.ReadableNotAllowedMiddleware",  # operator pages: a 405 page, not an empty body
+    "lessonboard.timeouts.StatementTimeoutMiddleware",  # a query past its class's timeout: a 503 page
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -345,9 +346,32 @@ LLM_RATE_LIMIT_MAX_PAUSE = env.duration("LESSONBOARD_LLM_RATE_LIMIT_MAX_PAUSE", 
 # --- web under load (docs/operations.md#web-under-load) ---------------------------------------------------
 # gunicorn runs gthread workers with LESSONBOARD_WEB_THREADS threads each (read by lessonboard/gunicorn_conf.py).
 WEB_THREADS = env.integer("LESSONBOARD_WEB_THREADS", 16, minimum=1)
+# gunicorn replaces a web worker after about this many requests (plus up to the jitter, per worker), so no
+# growth is unbounded (read by lessonboard/gunicorn_conf.py; docs/operations.md#memory); 0 = never.
+WEB_MAX_REQUESTS = env.integer("LESSONBOARD_WEB_MAX_REQUESTS", 2000, minimum=0)
+WEB_MAX_REQUESTS_JITTER = env.integer("LESSONBOARD_WEB_MAX_REQUESTS_JITTER", 200, minimum=0)
+# Celery prefork children are replaced after this many tasks, or after a task that leaves them above this
+# resident size (MiB): the embedding model and 15 MiB payloads pass through them.
+CELERY_WORKER_MAX_TASKS_PER_CHILD = env.integer("LESSONBOARD_WORKER_MAX_TASKS_PER_CHILD", 1000, minimum=1)
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = 1024 * env.integer("LESSONBOARD_WORKER_MAX_MEMORY_MB", 1536, minimum=64)  # KiB
 # How many POST /api/v1/refine requests per web process may wait for their run at once (the rest get 202
 # and a URL to poll straight away): a waiting request holds a thread.
 REFINE_API_MAX_WAITERS = env.integer("LESSONBOARD_REFINE_API_MAX_WAITERS", 4, minimum=0)
+
+# --- bounded cost per request (docs/api.md#limits) ----------------------------------------------------------
+# PostgreSQL statement_timeout for the queries of each request class, in seconds (0 = none): a retrieve
+# call, a list page (lessons, queue tabs) and a search (the lessons page's ?q=, the queue's ?q=). A query
+# past it is cancelled and the request answers 503 naming the setting instead of holding a thread.
+STATEMENT_TIMEOUT_RETRIEVE = env.duration("LESSONBOARD_STATEMENT_TIMEOUT_RETRIEVE", 2.0, minimum=0)
+STATEMENT_TIMEOUT_LIST = env.duration("LESSONBOARD_STATEMENT_TIMEOUT_LIST", 3.0, minimum=0)
+STATEMENT_TIMEOUT_SEARCH = env.duration("LESSONBOARD_STATEMENT_TIMEOUT_SEARCH", 2.0, minimum=0)
+# Derived views pages read instead of computing (knowledge-gap groups, the inbox's nav badge) are refreshed
+# by beat this often, and on their inputs' changes (an inbox action, a gap dismissed, a gap's vector stored).
+DERIVED_REFRESH_INTERVAL = env.duration("LESSONBOARD_DERIVED_REFRESH_INTERVAL", 15.0, minimum=1)
+CELERY_BEAT_SCHEDULE["derived-refresh"] = {
+    "task": "lessonboard.tasks.refresh_derived",
+    "schedule": DERIVED_REFRESH_INTERVAL,
+}
 
 # --- logging -------------------------------------------------------------------------------------------
 LOG_LEVEL: str = env.choice("LESSONBOARD_LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()

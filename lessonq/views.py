@@ -24,6 +24,7 @@ from django_htmx.http import HttpResponseStopPolling
 from lessonboard import breaker
 from lessonboard.llm import ratelimit
 from lessonboard.permissions import require_perm, view_required
+from lessonboard.timeouts import statement_timeout
 from lessonq import bulk, dlq, retention, root_cause
 from lessonq.forms import BulkForm, JobFilterForm, LessonDraftForm
 from lessonq.models import Job
@@ -55,13 +56,15 @@ def _quarantine() -> dict[str, object]:
 def index(request: HttpRequest) -> HttpResponse:
     form = JobFilterForm(request.GET or None)
     flt = form.job_filter()
-    page = triage.keyset(
-        flt.apply(), sort=flt.sort, cursor=request.GET.get("after"), size=settings.LESSONQ_TRIAGE_PAGE_SIZE
-    )
+    with statement_timeout("search" if flt.q else "list"):
+        page = triage.keyset(
+            flt.apply(), sort=flt.sort, cursor=request.GET.get("after"), size=settings.LESSONQ_TRIAGE_PAGE_SIZE
+        )
     query = flt.as_dict()
     context = {
         "form": form,
         "filter": flt,
+        "search_refused": triage.search_refusal(flt.tab, flt.q),
         "tab": triage.TABS[flt.tab],
         "tabs": _tabs(flt),
         "page": page,

@@ -12,6 +12,7 @@ from pydantic import Field
 from lessonboard.api import ApiError, Described, api_view, check_workspace, json_body, named_workspace
 from lessonboard.models import AgentToken, AuditEvent, TokenScope, Workspace
 from lessonboard.schemas import AgentName, OptionalSlug, RequestModel, ResponseModel, Says, Tags, validated
+from lessonboard.timeouts import statement_timeout
 from lessons import retrieval
 from lessons.language import clean_code
 from lessons.models import Lesson
@@ -56,7 +57,11 @@ class StructuredLessonBody(_LessonCommon):
 class RetrieveBody(RequestModel):
     task: RequiredText
     k: Annotated[int, Field(ge=1, le=MAX_K), Says(f"'k' must be an integer from 1 to {MAX_K}")] = 5
-    hyde: bool | None = Field(None, description="absent: the server's LESSONBOARD_LESSONS_HYDE")
+    hyde: bool | None = Field(
+        None,
+        description="absent: the server's LESSONBOARD_RETRIEVAL_HYDE; true is honoured only when that is on "
+        "(HyDE calls the LLM in the request), false turns it off",
+    )
     workspace: OptionalSlug | None = Field(None, description="required for a token bound to workspaces")
     agent: AgentName | None = None
     tags: Tags | None = None
@@ -218,7 +223,8 @@ def retrieve(request: HttpRequest) -> JsonResponse:
     A task is cut to ``LESSONS_QUERY_MAX_CHARS`` (the explanation says so)."""
     body = validated(RetrieveBody, json_body(request, max_bytes=256 * 1024))
     task, k, slug, agent = body.task, body.k, body.workspace or "", body.agent or ""
-    hyde = settings.LESSONS_HYDE if body.hyde is None else body.hyde  # the server-wide switch, unless the request says
+    # The server decides whether a request may cost an LLM call: a request can turn HyDE off, never on.
+    hyde = settings.LESSONS_HYDE and body.hyde is not False
     token: AgentToken = request.agent_token  # type: ignore[attr-defined]
     if slug:
         check_workspace(token, slug)
@@ -227,7 +233,10 @@ def retrieve(request: HttpRequest) -> JsonResponse:
         raise ApiError("'workspace' is required for a token bound to workspaces", field="workspace")
     tags = [t.strip().lower() for t in body.tags or [] if t.strip()]
     filters = retrieval.Filters(workspace=slug, tags=tags)
-    result = retrieval.search(task, k=k, filters=filters, hyde=hyde)
+    with statement_timeout("retrieve"):
+        result = retrieval.search(task, k=k, filters=filters, hyde=hyde)
+    if body.hyde and not hyde:
+        result.explanation["hyde"] = {"refused": "LESSONBOARD_RETRIEVAL_HYDE is off on this server"}
     lessons: list[Lesson] = [hit.lesson for hit in result.hits]
     record_use([lesson.pk for lesson in lessons])
     logged = record_retrieval(task, result.hits, k=k, agent=agent or token.name, workspace=slug, token=token)

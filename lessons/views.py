@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from lessonboard.models import AuditEvent, Workspace
 from lessonboard.permissions import require_perm, view_required
+from lessonboard.timeouts import statement_timeout
 from lessons import embeddings, retrieval
 from lessons.forms import LessonEditForm, ManualLessonForm, MergeForm, SearchForm, split_tags
 from lessons.models import Lesson, LessonStatus, LessonVersion
@@ -75,18 +76,21 @@ def search_page(request: HttpRequest) -> HttpResponse:
         if similar:
             similar_to = Lesson.objects.filter(pk=similar).first()
         if similar_to is not None:
-            result = retrieval.similar_to(similar_to, k=10, filters=filters)
+            with statement_timeout("search"):
+                result = retrieval.similar_to(similar_to, k=10, filters=filters)
             hits, explanation = result.hits, result.explanation
         elif query:
-            result = retrieval.search(query, k=20, filters=filters, floor=False)
+            with statement_timeout("search"):
+                result = retrieval.search(query, k=20, filters=filters, floor=False)
             hits, explanation = result.hits, result.explanation
         else:
             # A page at a time, with the total, in the chosen order (newest first by default).
             listing = filters.apply(Lesson.objects.for_list().select_related("workspace", "usage")).order_by(
                 *SORTS[form.cleaned_data.get("sort") or "newest"]
             )
-            page = Paginator(listing, PAGE_SIZE).get_page(request.GET.get("page"))
-            lessons = list(page.object_list)
+            with statement_timeout("list"):
+                page = Paginator(listing, PAGE_SIZE).get_page(request.GET.get("page"))
+                lessons = list(page.object_list)
     query = request.GET.copy()
     query.pop("page", None)
     context = {

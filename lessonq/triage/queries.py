@@ -20,6 +20,8 @@ from django.contrib.postgres.search import TrigramSimilarity
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import Count, Max, Q, QuerySet
+from django.db.models.functions import Left
+from django.db.models.lookups import IContains
 from django.utils import timezone
 
 from lessonboard.models import AuditEvent
@@ -109,16 +111,52 @@ class JobFilter:
         if self.died in AGES:
             qs = qs.filter(finished_at__gte=now - AGES[self.died])
         if self.q:
-            qs = qs.filter(text_search(self.q))
+            qs = qs.filter(Q(pk=self.q.strip().lower()) if search_refusal(self.tab, self.q) else text_search(self.q))
         return qs
 
 
+# Text search reads a bounded excerpt of each payload: the first SEARCH_EXCERPT_CHARS characters of the
+# task and of the last error, which the trigram GIN indexes of migration 0007_search_excerpts hold for
+# every finished state (the Dead, Done and Expired tabs, where rows pile up). A 15 MiB payload is never
+# searched by substring. The active tabs (Pending, Retrying) are a working set with no such index: their
+# search reads the excerpts of the tab's rows, and is refused while the tab holds more than
+# LESSONQ_EXACT_COUNT_LIMIT jobs. Fewer than SEARCH_MIN_CHARS characters give a trigram index nothing
+# to look up (every row would be read), so such a query matches job ids only, and the page says why.
+SEARCH_EXCERPT_CHARS = 2000  # the indexes' expression: changing it needs a migration of the indexes
+SEARCH_MIN_CHARS = 3
+INDEXED_TABS = ("dead", "done", "expired")
+
+
 def text_search(q: str) -> Q:
-    """Substring search over task and last error, or a job id. ``icontains`` compiles to
-    ``UPPER(col) LIKE UPPER('%q%')``, which the trigram GIN indexes on ``UPPER(task)`` and
-    ``UPPER(last_error)`` of dead jobs serve (partial, migration 0003_queue_throughput: the Dead tab is
-    the one with many rows; the other tabs' rows are few or time-bounded)."""
-    return Q(task__icontains=q) | Q(last_error__icontains=q) | Q(pk=q.strip().lower())
+    """Substring search over the excerpts of task and last error, or a job id. ``icontains`` on the
+    excerpt compiles to ``UPPER(LEFT(col, 2000)) LIKE UPPER('%q%')``: the indexed expression."""
+    return (
+        Q(IContains(Left("task", SEARCH_EXCERPT_CHARS), q))
+        | Q(IContains(Left("last_error", SEARCH_EXCERPT_CHARS), q))
+        | Q(pk=q.strip().lower())
+    )
+
+
+def search_refusal(tab: str, q: str) -> str:
+    """Why ``q`` on ``tab`` is not searched as text (it then matches a job id only), or ""."""
+    q = q.strip()
+    if not q:
+        return ""
+    if len(q) < SEARCH_MIN_CHARS:
+        return (
+            f"Text search needs at least {SEARCH_MIN_CHARS} characters: shorter text matches nearly every job "
+            "and no index can serve it. Showing the job with this id, if any."
+        )
+    if tab not in INDEXED_TABS:
+        count = tab_counts()[tab]
+        limit = settings.LESSONQ_EXACT_COUNT_LIMIT
+        if count.estimated or count.value > limit:
+            return (
+                f"Text search on the {TABS[tab].label} tab is off while it holds more than {limit:,} jobs "
+                "(no index serves it there): narrow by trigger, agent, workspace or age, or search the "
+                "Dead or Done tab. Showing the job with this id, if any."
+            )
+    return ""
 
 
 # --- keyset pages ----------------------------------------------------------------------------------------

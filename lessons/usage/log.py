@@ -79,11 +79,15 @@ def embed_task(retrieval_id: int) -> bool:
     from lessons import embeddings
 
     provider = embeddings.provider()
-    row = Retrieval.objects.filter(pk=retrieval_id).only("task").first()
+    row = Retrieval.objects.filter(pk=retrieval_id).only("task", "gap").first()
     if provider is None or row is None:
         return False
     vector = provider.embed_query(row.task)
     Retrieval.objects.filter(pk=retrieval_id).update(embedding=vector.tolist(), embedding_model=provider.model_id)
+    if row.gap:  # the maintained gap groups can now place it by its vector
+        from lessons.usage import gaps
+
+        gaps.refresh_soon()
     return True
 
 

@@ -153,3 +153,12 @@ def test_the_server_wide_hyde_switch_applies_unless_the_request_says(api, settin
     off = api.post("/api/v1/lessons/retrieve", {"task": "bulk API calls get 429", "hyde": False}).json()
     assert off["explanation"]["hyde"] is None
     assert len(fake_openai.chat_requests()) == 1
+
+
+def test_a_requests_hyde_is_refused_while_the_server_has_it_off(api, settings, fake_openai):
+    """HyDE costs an LLM call inside the web request: only the server may turn it on (docs/api.md#limits)."""
+    fake_openai.script("a hypothetical lesson that must not be asked for")
+    settings.LESSONS_HYDE = False
+    body = api.post("/api/v1/lessons/retrieve", {"task": "bulk API calls get 429", "hyde": True}).json()
+    assert body["explanation"]["hyde"] == {"refused": "LESSONBOARD_RETRIEVAL_HYDE is off on this server"}
+    assert fake_openai.chat_requests() == []

@@ -171,6 +171,8 @@ def test_gaps_group_similar_tasks_by_their_vectors(api: ApiClient, client_as: An
     for task in tasks:
         pk = retrieve(api, task, workspace="empty-project")["retrieval_id"]
         assert embed_task(pk)  # what the embed worker does after the answer
+    assert gaps.open_gap_groups() == []  # pages read the maintained groups: none before a refresh
+    gaps.refresh()  # what beat (and the embed worker, soon after a gap's vector) runs
     groups = gaps.open_gap_groups()
     counts = sorted(group.count for group in groups)
     assert counts == [1, 3], [(g.task, g.count) for g in groups]
@@ -200,7 +202,10 @@ def test_gaps_without_vectors_group_by_identical_text(api: ApiClient) -> None:
     for _ in range(2):
         retrieve(api, "Rotate the  TLS certificates", workspace="empty-project")
     retrieve(api, "something else entirely", workspace="empty-project")
+    gaps.refresh()
     assert sorted(g.count for g in gaps.open_gap_groups()) == [1, 2]
+    assert [g.count for g in gaps.open_gap_groups(workspace="empty-project")] == [2, 1]
+    assert gaps.open_gap_groups(workspace="another-project") == []
 
 
 def test_retention_deletes_old_retrievals_and_keeps_counts(api: ApiClient, settings: Any) -> None:

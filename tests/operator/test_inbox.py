@@ -17,6 +17,7 @@ from lessons.reflect.models import DocProposal, DocProposalStatus
 from lessons.reflect.prepare import prepare_reflection
 from lessons.reflect.repository import attach_repository
 from lessons.review.models import Proposal
+from lessons.usage import gaps
 from tests.factories import WorkspaceFactory
 from tests.support.gitrepo import GitRepo
 from tests.support.refine import PASS_1, make_run, reply
@@ -132,6 +133,7 @@ def test_it_lists_knowledge_gaps_and_closes_one_in_place(client_as, bob, carol, 
     for _ in range(3):
         api.post("/api/v1/lessons/retrieve", {"task": "rotate the TLS certificates", "workspace": "empty"})
     cache.clear()
+    gaps.refresh()  # beat's refresh of the maintained gap groups (the inbox lists them)
     html = client_as(carol).get("/inbox/").content.decode()
     assert "Knowledge gap" in html and "rotate the TLS certificates" in html and "asked 3×" in html
     # The row opens the "Write a lesson" form, prefilled with the task.

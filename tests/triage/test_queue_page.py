@@ -153,16 +153,17 @@ def test_it_escapes_job_text(client_as: Any, carol: Any, jobs: Any) -> None:
     assert "<script>alert(1)" not in html and "&lt;script&gt;" in html and "<img src=x" not in html
 
 
-def test_it_uses_the_trigram_index_for_text_search(jobs: Any) -> None:
+def test_every_finished_tab_searches_through_the_trigram_index(jobs: Any) -> None:
     from django.db import connection
 
     jobs(task="needle in a haystack")
     now = timezone.now()
-    Job.objects.bulk_create(  # enough dead rows (and heap pages) that scanning them all costs more than the index
+    Job.objects.bulk_create(  # enough finished rows (and heap pages) that scanning them costs more than the index
         Job(
             id=f"{i:016x}",
             node="lessonq.elsewhere",
-            state=JobState.DEAD,
+            state=(JobState.DEAD, JobState.SUCCEEDED, JobState.EXPIRED)[i % 3],
+            finished_at=now,
             task=f"haystack straw number {i} " * 20,
             trigger="error",
             last_error=f"boom {i}",
@@ -171,15 +172,48 @@ def test_it_uses_the_trigram_index_for_text_search(jobs: Any) -> None:
         )
         for i in range(20_000)
     )
-    qs = triage.tab_jobs(triage.TABS["dead"]).filter(triage.text_search("needle"))  # partial: dead rows
     with connection.cursor() as cur:
         cur.execute("ANALYZE queue_job")
         # The error-groups index also lists every dead row; at this size the planner may prefer reading
         # them all through it. Dropped inside the test's transaction (rolled back) to see the text indexes.
         cur.execute("DROP INDEX queue_job_dead_fp")
         cur.execute("SET enable_seqscan = off")
-        sql, params = qs.query.sql_with_params()
-        cur.execute(f"EXPLAIN {sql}", params)
-        plan = "\n".join(row[0] for row in cur.fetchall())
+        plans = {}
+        for tab in triage.INDEXED_TABS:  # partial indexes over every finished state, on the excerpts
+            qs = triage.JobFilter(tab=tab, q="needle").apply()
+            sql, params = qs.query.sql_with_params()
+            cur.execute(f"EXPLAIN {sql}", params)
+            plans[tab] = "\n".join(row[0] for row in cur.fetchall())
         cur.execute("SET enable_seqscan = on")
-    assert "queue_job_dead_task_trgm" in plan and "queue_job_dead_error_trgm" in plan
+    for tab, plan in plans.items():
+        assert "queue_job_finished_task_trgm" in plan and "queue_job_finished_error_trgm" in plan, (tab, plan)
+
+
+def test_text_search_reads_the_payloads_excerpt_not_the_whole_payload(client_as: Any, carol: Any, jobs: Any) -> None:
+    near = jobs(task="needle-early " + "x" * 100)
+    far = jobs(task="x" * triage.SEARCH_EXCERPT_CHARS + " needle-late")
+    html = client_as(carol).get("/queue/", {"tab": "dead", "q": "needle"}).content.decode()
+    assert near.id in html and far.id not in html  # past the indexed 2,000 characters: not searched
+
+
+def test_a_search_too_short_for_the_index_is_refused_with_a_message(client_as: Any, carol: Any, jobs: Any) -> None:
+    job = jobs(task="zz top", state=JobState.SUCCEEDED)
+    Job.objects.filter(pk=job.pk).update(finished_at=timezone.now())
+    response = client_as(carol).get("/queue/", {"tab": "done", "q": "zz"})
+    html = response.content.decode()
+    assert response.status_code == 200 and 'id="search-refused"' in html and "at least 3 characters" in html
+    assert f'data-job="{job.id}"' not in html and job.id not in html.split('id="search-refused"')[1]
+    by_id = client_as(carol).get("/queue/", {"tab": "done", "q": job.id}).content.decode()
+    assert job.id in by_id and 'id="search-refused"' not in by_id  # a job id is still found
+
+
+def test_search_on_an_active_tab_is_refused_while_it_is_too_big_for_a_scan(
+    client_as: Any, carol: Any, jobs: Any, settings: Any
+) -> None:
+    jobs(task="needle waiting", state=JobState.PENDING)
+    assert "needle waiting" in client_as(carol).get("/queue/", {"tab": "pending", "q": "needle"}).content.decode()
+    jobs(task="another", state=JobState.PENDING)
+    settings.LESSONQ_EXACT_COUNT_LIMIT = 1
+    cache.delete_many([triage.COUNTS_KEY])
+    html = client_as(carol).get("/queue/", {"tab": "pending", "q": "needle"}).content.decode()
+    assert 'id="search-refused"' in html and "more than 1 jobs" in html and "needle waiting" not in html

@@ -50,6 +50,12 @@ def metrics_default(host: str, environ: dict[str, str], behind_tls_proxy: bool) 
     return LOOPBACK if loopback_only else None
 
 
+# glibc's allocator in the web workers (docs/operations.md#memory): 2 arenas instead of 8 per core for 16
+# threads, and a fixed mmap threshold, so a 15 MiB body is mapped and unmapped whole instead of raising the
+# threshold and fragmenting the heap (bench/bench_abuse.py row 6). The environment's own values win.
+WEB_ALLOCATOR_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
+
+
 class Command(BaseCommand):
     help = "Run lessonboard: (embedded) PostgreSQL, Celery worker and beat, and gunicorn."
 
@@ -149,7 +155,7 @@ class Command(BaseCommand):
             "--workers",
             str(settings.WEB_WORKERS),
         ]
-        self._spawn("web", web, env)
+        self._spawn("web", web, {**WEB_ALLOCATOR_ENV, **env})
         if options["no_workers"]:
             return
         data = settings.DATA_DIR

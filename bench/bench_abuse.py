@@ -1,0 +1,394 @@
+"""Bounded cost per request: each costly request of the abuse probe replayed against a local stack (a real
+gunicorn on the embedded PostgreSQL of ``var/test``, database ``lessonboard_bench_abuse``), each beside a
+normal request of the same class (the anchor). Prints server time p50/p95 (loopback wall time of each
+request) and the web workers' RSS after each class.
+
+    .venv/bin/python bench/bench_abuse.py [--lessons 20000] [--requests 10] [--big 30] [--rounds 5]
+
+``--lessons 200000`` is the size the probe used (seeding takes a while on a 2-core machine: the HNSW index is
+built as rows arrive). The lessons are seeded in SQL with random vectors under the configured model's id,
+in one workspace; the same database is reused while ``--lessons`` stays the same.
+
+Rows:
+1. retrieve, task = 1,000 characters of ~150 distinct rare words, k=50 (also for a token bound to an
+   almost empty workspace) — beside a 6-word task, k=5;
+2. /lessons/?q= with the same text, as a viewer — beside /lessons/?q=<6 words>;
+3. /queue/?tab=done&q=zz (and q=zzz, served by the excerpt index) after ``--big`` done jobs of 15 MiB —
+   beside /queue/?tab=done;
+4. /lessons/gaps/ and /inbox/ after 1,000 distinct gaps — beside /lessons/ (the maintained rows are
+   refreshed once first, as beat would; that refresh's own time is printed);
+5. retrieve with "hyde": true while the server has HyDE off — beside the same without it (the reviews half
+   of that row, LLM calls in web threads, belongs to the LLM gateway's limiter and is not replayed here);
+6. ``--rounds`` rounds of 10 concurrent maximum-size (15 MiB) triggers: every web worker's RSS after each
+   round (bar: the last round within 1.5x of the first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import random
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lessons", type=int, default=20_000)
+parser.add_argument("--requests", type=int, default=10, help="requests per class")
+parser.add_argument("--big", type=int, default=30, help="done jobs of 15 MiB for row 3")
+parser.add_argument("--rounds", type=int, default=5, help="rounds of 10 concurrent 15 MiB triggers")
+parser.add_argument("--gaps", type=int, default=1000)
+parser.add_argument("--no-malloc-env", action="store_true", help="web without serve's allocator settings")
+parser.add_argument("--only-memory", action="store_true", help="row 6 only (the RSS rounds)")
+args = parser.parse_args()
+
+import bench_env  # noqa: E402
+
+bench_env.setup("abuse")
+
+import psutil  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from lessonboard.models import Workspace  # noqa: E402
+from lessonboard.tokens import issue_token  # noqa: E402
+from lessonq.models import Job, JobState  # noqa: E402
+from lessons import embeddings  # noqa: E402
+from lessons.models import Lesson  # noqa: E402
+from lessons.usage.models import Retrieval  # noqa: E402
+from tests.factories import UserFactory  # noqa: E402
+from tests.support.processes import Gunicorn  # noqa: E402
+
+TOPICS = (
+    "edit large file patch rewrite timeout retry backoff rate limit 429 migration column index lock git rebase "
+    "conflict markers dependency pin version flaky test sleep poll path relative workspace docker cache build "
+    "deploy secret token encoding csv json yaml parser worker queue celery postgres"
+).split()
+BIG = 15 * 1024 * 1024
+MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
+
+
+def percentile(values: list[float], p: float) -> float:
+    return bench_env.percentile(values, p)
+
+
+def seed_lessons(n: int) -> tuple[Workspace, Workspace]:
+    big, _ = Workspace.objects.get_or_create(slug="abuse-big")
+    tiny, _ = Workspace.objects.get_or_create(slug="abuse-tiny")
+    have = Lesson.objects.filter(workspace=big).count()
+    if have == n:
+        return big, tiny
+    model = embeddings.expected_model_id() or "synthetic"
+    dims = settings.LESSONS_EMBEDDING_DIMENSIONS
+    t0 = time.perf_counter()
+    Lesson.objects.filter(workspace__in=[big, tiny]).delete()
+    topics = "ARRAY[" + ",".join(f"'{t}'" for t in TOPICS) + "]"
+
+    def words(k: int) -> str:
+        return (
+            f"(SELECT string_agg(CASE WHEN random() < 0.15 THEN ({topics})[1 + floor(random() * {len(TOPICS)})::int]"
+            f" ELSE 'w' || (floor(power(random(), -1 / 1.1))::int %% 20000)::text END, ' ')"
+            f" FROM generate_series(1, {k}) WHERE g > 0)"
+        )
+
+    sql = f"""
+    INSERT INTO lessons_lesson (situation, mistake, correction, tags, trigger, content, fact_id, category,
+        confidence, provenance, access_count, last_accessed, score, agent, status, created_at, updated_at,
+        lang, embedding_model, chatcli_extra, workspace_id, embedding)
+    SELECT s, m, c, ARRAY['bench']::varchar[], 'error',
+        'LESSON: ' || s || E'\\nMISTAKE: ' || m || E'\\nCORRECTION: ' || c, left(md5(g::text || %s), 24),
+        'lesson', 0.6, 'bench', 0, now(), 0, 'bench', 'active', now(), now(), 'en', %s, '{{}}'::jsonb, %s, v
+    FROM (
+        SELECT g, {words(8)} AS s, {words(6)} AS m, {words(10)} AS c,
+            (SELECT array_agg(random() - 0.5)::real[] FROM generate_series(1, {dims}) WHERE g > 0)::vector AS v
+        FROM generate_series(1, %s) AS g
+    ) AS rows
+    """
+    with connection.cursor() as cur:
+        for start in range(0, n, 5000):
+            cur.execute(sql, [f"b{start}", model, big.pk, min(5000, n - start)])
+        cur.execute(sql, ["tiny", model, tiny.pk, 3])
+        cur.execute("ANALYZE lessons_lesson")
+    print(f"seeded {n:,} lessons in {time.perf_counter() - t0:.0f} s", flush=True)
+    return big, tiny
+
+
+def seed_done_jobs(n: int) -> None:
+    Job.objects.all().delete()
+    rnd = random.Random(7)
+    vocab = [f"{w}{i}" for w in TOPICS for i in range(50)]
+    now = timezone.now()
+    for i in range(n):
+        chunk = " ".join(rnd.choice(vocab) for _ in range(20_000))
+        task = (chunk * (BIG // len(chunk) + 1))[:BIG]
+        Job.objects.create(
+            id=f"{i + 1:016x}",
+            node="lessonq.bench",
+            state=JobState.SUCCEEDED,
+            task=task,
+            trigger="error",
+            last_error="",
+            enqueued_at=now,
+            next_attempt_at=now,
+            finished_at=now,
+        )
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE queue_job")
+
+
+def seed_gaps(n: int) -> None:
+    Retrieval.objects.all().delete()
+    dims = settings.LESSONS_EMBEDDING_DIMENSIONS
+    model = embeddings.expected_model_id() or "synthetic"
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""INSERT INTO {Retrieval._meta.db_table} (task, agent, workspace, k, returned, gap, embedding,
+                embedding_model, outcome_note, created_at)
+            SELECT 'distinct task number ' || g || ' about w' || g, 'bench', 'abuse-big', 5, 0, true,
+                (SELECT array_agg(random() - 0.5)::real[] FROM generate_series(1, {dims}) WHERE g > 0)::vector,
+                %s, '', now() - g * interval '1 second'
+            FROM generate_series(1, %s) AS g""",
+            [model, n],
+        )
+
+
+class Web:
+    def __init__(self, server: Gunicorn, token: str, cookie: str) -> None:
+        self.server, self.token, self.cookie = server, token, cookie
+
+    def call(self, method: str, path: str, body: Any = None, *, api: bool = False) -> tuple[int, bytes, float]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=120)
+        headers = {"Authorization": f"Bearer {self.token}"} if api else {"Cookie": self.cookie}
+        data = None
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        t0 = time.perf_counter()
+        conn.request(method, path, body=data, headers=headers)
+        response = conn.getresponse()
+        content = response.read()
+        elapsed = (time.perf_counter() - t0) * 1000
+        conn.close()
+        return response.status, content, elapsed
+
+    def workers(self) -> list[psutil.Process]:
+        return psutil.Process(self.server.proc.pid).children()
+
+    def rss(self) -> list[float]:
+        return [p.memory_info().rss / 2**20 for p in self.workers()]
+
+
+def measure(web: Web, label: str, make: Callable[[], tuple[str, str, Any, bool]], n: int) -> dict[str, Any]:
+    times: list[float] = []
+    statuses: dict[int, int] = {}
+    last = b""
+    for _ in range(n):
+        method, path, body, api = make()
+        status, last, ms = web.call(method, path, body, api=api)
+        times.append(ms)
+        statuses[status] = statuses.get(status, 0) + 1
+    rss = web.rss()
+    row = {"label": label, "p50": percentile(times, 50), "p95": percentile(times, 95), "statuses": statuses}
+    print(
+        f"  {label:<58} p50 {row['p50']:7.1f} ms  p95 {row['p95']:7.1f} ms  statuses {statuses}  "
+        f"web RSS {' / '.join(f'{r:.0f}' for r in rss)} MB",
+        flush=True,
+    )
+    row["last"] = last
+    return row
+
+
+def rare_task(rnd: random.Random) -> str:
+    words: list[str] = []
+    while len(" ".join(words)) < 1000:
+        words.append(f"w{rnd.randrange(12000, 20000)}" if rnd.random() < 0.7 else f"zq{rnd.randrange(10**6)}x")
+    return " ".join(words)[:1000]
+
+
+def memory_rounds(web: Web) -> None:
+    print(f"6. {args.rounds} rounds of 10 concurrent 15 MiB triggers (web RSS after each round)")
+    payload = json.dumps({"task": "t" * (BIG - 4096), "output": "o" * 1024, "error": "boom", "agent": "bench"}).encode()
+    rounds: list[list[float]] = []
+    for r in range(args.rounds):
+        statuses: dict[int, int] = {}
+        lock = threading.Lock()
+        times: list[float] = []
+
+        def send(statuses: dict[int, int] = statuses, lock: threading.Lock = lock, times: list[float] = times) -> None:
+            status, _, ms = web.call("POST", "/api/v1/reflexion/triggers", payload, api=True)
+            with lock:
+                statuses[status] = statuses.get(status, 0) + 1
+                times.append(ms)
+
+        pool = [threading.Thread(target=send) for _ in range(10)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        rss = web.rss()
+        rounds.append(rss)
+        print(
+            f"  round {r + 1}: statuses {statuses}  p50 {percentile(times, 50):.0f} ms  "
+            f"web RSS {' / '.join(f'{x:.0f}' for x in rss)} MB (sum {sum(rss):.0f})",
+            flush=True,
+        )
+    first, last = sum(rounds[0]), sum(rounds[-1])
+    print(f"  RSS last/first round: {last / first:.2f}x (bar: <= 1.5x)", "met" if last <= 1.5 * first else "NOT met")
+    Job.objects.all().delete()
+
+
+def main() -> None:
+    seed_lessons(args.lessons)
+    token = issue_token(f"bench-abuse-{time.monotonic_ns()}", ["full"]).plaintext
+    bound = issue_token(f"bench-abuse-bound-{time.monotonic_ns()}", ["full"], workspaces=["abuse-tiny"]).plaintext
+    viewer = UserFactory(username=f"bench-abuse-{time.monotonic_ns()}", role="viewer")
+    browser = Client()
+    browser.force_login(viewer)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={browser.cookies[settings.SESSION_COOKIE_NAME].value}"
+    env = bench_env.env(**({} if args.no_malloc_env else MALLOC_ENV))
+    server = Gunicorn(env=env, workers=2).wait_ready()
+    web = Web(server, token, cookie)
+    rnd = random.Random(28)
+    n = args.requests
+    print(
+        f"{args.lessons:,} lessons in one workspace; gunicorn 2 workers x {settings.WEB_THREADS} threads; "
+        f"statement timeouts retrieve {settings.STATEMENT_TIMEOUT_RETRIEVE}s, list {settings.STATEMENT_TIMEOUT_LIST}s, "
+        f"search {settings.STATEMENT_TIMEOUT_SEARCH}s; allocator env: {'none' if args.no_malloc_env else MALLOC_ENV}",
+        flush=True,
+    )
+    try:
+        for _ in range(3):  # warm-up: each worker loads the model and imports its views
+            web.call("POST", "/api/v1/lessons/retrieve", {"task": "warm up", "workspace": "abuse-big"}, api=True)
+            web.call("GET", "/lessons/?q=warm")
+        print(f"start: web RSS {' / '.join(f'{r:.0f}' for r in web.rss())} MB")
+
+        if args.only_memory:
+            memory_rounds(web)
+            return
+        print("1. retrieve (class: retrieve)")
+        measure(
+            web,
+            "normal: 6-word task, k=5",
+            lambda: (
+                "POST",
+                "/api/v1/lessons/retrieve",
+                {"task": "retry with backoff on 429 " + str(rnd.random()), "k": 5, "workspace": "abuse-big"},
+                True,
+            ),
+            n,
+        )
+        row = measure(
+            web,
+            "abuse: 1,000 chars of ~150 rare words, k=50",
+            lambda: (
+                "POST",
+                "/api/v1/lessons/retrieve",
+                {"task": rare_task(rnd), "k": 50, "workspace": "abuse-big"},
+                True,
+            ),
+            n,
+        )
+        if row["statuses"].get(503):
+            print(f"     503 body: {json.loads(row['last']) if row['last'].startswith(b'{') else row['last'][:200]!r}")
+        web_bound = Web(server, bound, cookie)
+        measure(
+            web_bound,
+            "abuse, token bound to a 3-lesson workspace",
+            lambda: (
+                "POST",
+                "/api/v1/lessons/retrieve",
+                {"task": rare_task(rnd), "k": 50, "workspace": "abuse-tiny"},
+                True,
+            ),
+            n,
+        )
+
+        print("2. /lessons/?q= as a viewer (class: search)")
+        measure(
+            web,
+            "normal: /lessons/?q=<6 words>",
+            lambda: ("GET", "/lessons/?q=" + urllib.parse.quote("retry backoff rate limit 429 deploy"), None, False),
+            n,
+        )
+        measure(
+            web,
+            "abuse: /lessons/?q=<1,000 chars of rare words>",
+            lambda: ("GET", "/lessons/?q=" + urllib.parse.quote(rare_task(rnd)), None, False),
+            n,
+        )
+
+        print(f"3. queue search (class: search) after {args.big} done jobs of 15 MiB")
+        t0 = time.perf_counter()
+        seed_done_jobs(args.big)
+        print(f"     ({args.big} jobs of 15 MiB written in {time.perf_counter() - t0:.0f} s)")
+        measure(web, "normal: /queue/?tab=done", lambda: ("GET", "/queue/?tab=done", None, False), n)
+        measure(
+            web,
+            "abuse: /queue/?tab=done&q=zz (refused: too short)",
+            lambda: ("GET", "/queue/?tab=done&q=zz", None, False),
+            n,
+        )
+        measure(
+            web, "/queue/?tab=done&q=zzz (the excerpt index)", lambda: ("GET", "/queue/?tab=done&q=zzz", None, False), n
+        )
+        measure(
+            web,
+            "/queue/?tab=done&q=deploy7 (a hit in every job)",
+            lambda: ("GET", "/queue/?tab=done&q=deploy7", None, False),
+            n,
+        )
+        Job.objects.all().delete()
+
+        print(f"4. derived views (class: list) after {args.gaps:,} distinct gaps")
+        seed_gaps(args.gaps)
+        from lessonboard.tasks import refresh_derived
+
+        t0 = time.perf_counter()
+        refreshed = refresh_derived()
+        print(
+            f"     beat's refresh_derived {refreshed}: {(time.perf_counter() - t0) * 1000:.0f} ms (in the worker, not a page)"
+        )
+        measure(web, "normal: /lessons/ (list page)", lambda: ("GET", "/lessons/", None, False), n)
+        measure(web, "/lessons/gaps/", lambda: ("GET", "/lessons/gaps/", None, False), n)
+        measure(web, "/inbox/", lambda: ("GET", "/inbox/", None, False), n)
+        measure(web, "/overview/ (nav badge from the maintained row)", lambda: ("GET", "/", None, False), n)
+
+        print("5. hyde from the request while the server has it off (class: retrieve)")
+        measure(
+            web,
+            "normal: retrieve without hyde",
+            lambda: (
+                "POST",
+                "/api/v1/lessons/retrieve",
+                {"task": "deploy the helm chart " + str(rnd.random()), "workspace": "abuse-big"},
+                True,
+            ),
+            n,
+        )
+        row = measure(
+            web,
+            'abuse: retrieve with "hyde": true',
+            lambda: (
+                "POST",
+                "/api/v1/lessons/retrieve",
+                {"task": "deploy the helm chart " + str(rnd.random()), "hyde": True, "workspace": "abuse-big"},
+                True,
+            ),
+            n,
+        )
+        print(f"     explanation.hyde: {json.loads(row['last'])['explanation'].get('hyde')}")
+
+        memory_rounds(web)
+        Job.objects.all().delete()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
