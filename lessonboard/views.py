@@ -15,6 +15,14 @@ from lessonboard.roles import roles_of
 from lessonboard.tasks import heartbeat
 
 
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers (and the admin's pages, which do not link one) ask for /favicon.ico: the static SVG."""
+    from django.templatetags.static import static
+
+    return redirect(static("favicon.svg"), permanent=True)
+
+
 def _overview_context(request: HttpRequest) -> dict[str, object]:
     return {
         "groups": overview.collect(),
