@@ -58,18 +58,17 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
 def demo_banner() -> str:
     """ "demo" while the demo workspace exists, "empty" on an empty embedded database (a hint to load
     it), else "". Cached: every page asks."""
-    from django.conf import settings
     from django.core.cache import cache
 
     state = cache.get("lessonboard:demo-banner")
     if state is None:
-        from lessonboard import demo
+        from lessonboard import demo, embedded
         from lessonq.models import Job
         from lessons.models import Lesson
 
         if demo.exists():
             state = "demo"
-        elif settings.EMBEDDED_DATABASE and not Job.objects.exists() and not Lesson.objects.exists():
+        elif embedded.in_use() and not Job.objects.exists() and not Lesson.objects.exists():
             state = "empty"
         else:
             state = ""

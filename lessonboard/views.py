@@ -8,7 +8,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from lessonboard import breaker, charts, dependencies, health, inbox, llm, overview
+from lessonboard import breaker, charts, dependencies, firstrun, health, inbox, llm, overview
 from lessonboard.models import AuditEvent, WorkerHeartbeat
 from lessonboard.permissions import needs_role, require_perm, view_required
 from lessonboard.roles import roles_of
@@ -41,6 +41,7 @@ def overview_page(request: HttpRequest) -> HttpResponse:
     context = _overview_context(request)
     if not request.htmx:  # type: ignore[attr-defined]
         context.update(_charts_context(request))
+        context["first_run"] = firstrun.guide(request.build_absolute_uri("/"))
     return render(request, template, context)
 
 

@@ -58,7 +58,7 @@ def demo_data(path: str) -> Callable[[], str]:
 
 
 DESKTOP = {"width": 1280, "height": 1000}
-PHONE = {"width": 390, "height": 844}  # the phone of issue 27's walk
+PHONE = {"width": 390, "height": 844}  # a common phone's viewport
 
 # image name → a function that makes its data and returns the page to photograph, and the viewport
 SHOTS: dict[str, tuple[Callable[[], str], dict[str, int]]] = {

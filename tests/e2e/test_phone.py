@@ -1,4 +1,4 @@
-"""A phone (390×844, as the issue's walk used) can use every page of the nav: no page is wider than the
+"""A phone (390×844) can use every page of the nav: no page is wider than the
 screen (wide tables scroll inside their own box), and every nav link can be reached — behind the menu
 button when the nav is collapsed."""
 
