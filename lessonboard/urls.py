@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from lessonboard import api_views, metrics, views
+from lessonboard import api_views, metrics, operator_views, views
 from lessonboard.mcp import views as mcp_views
 
 urlpatterns = [
@@ -12,6 +12,11 @@ urlpatterns = [
     path("", views.overview_page, name="overview"),
     path("workers/ping", views.ping_workers, name="ping-workers"),
     path("overview/charts", views.overview_charts, name="overview-charts"),
+    path("queues/<str:name>/pause", operator_views.queue_pause, name="queue-pause"),
+    path("queues/<str:name>/resume", operator_views.queue_resume, name="queue-resume"),
+    path("running/", operator_views.running_now, name="running-now"),
+    path("running/<str:job_id>/cancel", operator_views.job_cancel, name="job-cancel"),
+    path("schedules/", operator_views.schedules_page, name="schedules"),
     path("inbox/", views.inbox_page, name="inbox"),
     path("inbox/act", views.inbox_act, name="inbox-act"),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),

@@ -8,7 +8,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from lessonboard import breaker, charts, dependencies, firstrun, health, inbox, llm, overview
+from lessonboard import breaker, charts, dependencies, firstrun, health, inbox, llm, overview, pauses
 from lessonboard.models import AuditEvent, WorkerHeartbeat
 from lessonboard.permissions import needs_role, require_perm, view_required
 from lessonboard.roles import roles_of
@@ -31,6 +31,7 @@ def _overview_context(request: HttpRequest) -> dict[str, object]:
         "llm_status": llm.status_text(),
         "llm_outage": breaker.outage(),
         "can_operate": request.user.has_perm("lessonboard.operate_queue"),
+        "queues": pauses.states(),
     }
 
 

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from lessonboard import llm
+from lessonboard import llm, pauses
 from lessonq import faults, generation, gojson, metrics
 from lessonq.dispatch import publish
 from lessonq.failover import Fenced, ensure_ours
@@ -75,7 +75,7 @@ def process(job_id: str) -> str:
     The common case — a dispatched job of this node, due, the LLM available — is claimed with its
     attempt row in one statement (``claim_due``); anything else (a finished or unknown job, a reclaim of
     a lost attempt, an LLM outage) takes the path that reads the row first and says why."""
-    reason = llm.unavailable_reason()[:300]
+    reason = pauses.unavailable_reason("lessonq")[:300]
     if not reason:
         claimed = claim_due(job_id)
         if claimed is not None:

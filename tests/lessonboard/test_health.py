@@ -14,7 +14,7 @@ def test_readyz_is_green_with_every_check(client):
     assert response.status_code == 200
     body = response.json()
     assert body["status"] == "ready"
-    assert set(body["checks"]) == {"database", "migrations", "broker", "data_dir", "processes", "llm"}
+    assert set(body["checks"]) == {"database", "migrations", "broker", "data_dir", "processes", "llm", "pauses"}
     assert all(check["ok"] for check in body["checks"].values())
 
 

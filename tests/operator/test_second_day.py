@@ -64,3 +64,36 @@ def test_an_empty_production_database_gets_the_guide_without_the_demo(
     page = client_as(carol).get("/").content.decode()
     assert 'id="first-run"' in page and "create_agent_token" in page
     assert "manage demo" not in page and "serve --demo" not in page
+
+
+# --- pause and resume -----------------------------------------------------------------------------------
+@pytest.fixture
+def no_cached_pauses() -> Any:
+    from lessonboard import pauses
+
+    pauses.forget()
+    yield
+    pauses.forget()
+
+
+def test_pausing_all_llm_work_holds_back_every_queue_and_survives_a_fresh_process_cache(
+    client_as: Any, alice: Any, carol: Any, no_cached_pauses: Any
+) -> None:
+    from lessonboard import pauses
+    from lessonboard.models import AuditEvent
+
+    operator = client_as(alice)
+    assert operator.post("/queues/llm/pause").status_code == 302
+    assert operator.post("/queues/llm/pause").status_code == 302  # twice: one pause, one audit event
+    assert AuditEvent.objects.filter(action="queue.pause").count() == 1
+    pauses.forget()  # what a restarted process knows: the row
+    assert pauses.unavailable_reason("lessonq").startswith("paused: all LLM work, by alice")
+    assert pauses.unavailable_reason("refine").startswith("paused: all LLM work")
+    assert client_as(carol).post("/queues/llm/resume").status_code == 403  # a viewer may not
+    assert operator.post("/queues/llm/resume").status_code == 302
+    assert pauses.reason("lessonq") == "" and pauses.reason("refine") == ""
+
+
+def test_an_unknown_queue_is_a_404_naming_the_field(client_as: Any, alice: Any) -> None:
+    answer = client_as(alice).post("/queues/nope/pause")
+    assert answer.status_code == 404 and answer.json()["field"] == "queue"
