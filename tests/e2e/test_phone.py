@@ -79,6 +79,7 @@ def test_every_nav_page_fits_a_phone_and_every_nav_link_can_be_reached(browser, 
         proposal = Proposal.objects.pending().first()
         job = Job.objects.filter(state="dead").first()
         extra = [f"/reviews/{proposal.pk}/", f"/queue/jobs/{job.pk}/", "/queue/?tab=dead", "/queue/groups/"]
+        extra += ["/running/", "/schedules/"]
         problems: list[str] = []
         for path in [*nav.values(), *extra]:
             page.goto(live_server.url + path)
