@@ -2,13 +2,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 
 from console import demo, inbox
+from lessonboard import embedded
 from lessonq.models import Job
 from lessons.models import Lesson
 
@@ -69,7 +69,7 @@ def demo_banner() -> str:
     if state is None:
         if demo.exists():
             state = "demo"
-        elif settings.EMBEDDED_DATABASE and not Job.objects.exists() and not Lesson.objects.exists():
+        elif embedded.in_use() and not Job.objects.exists() and not Lesson.objects.exists():
             state = "empty"
         else:
             state = ""

@@ -2,13 +2,18 @@
 
 from django.urls import include, path
 
-from console import views
+from console import operator_views, views
 from console.mcp import views as mcp_views
 
 urlpatterns = [
     path("", views.overview_page, name="overview"),
     path("workers/ping", views.ping_workers, name="ping-workers"),
     path("overview/charts", views.overview_charts, name="overview-charts"),
+    path("queues/<str:name>/pause", operator_views.queue_pause, name="queue-pause"),
+    path("queues/<str:name>/resume", operator_views.queue_resume, name="queue-resume"),
+    path("running/", operator_views.running_now, name="running-now"),
+    path("running/<str:job_id>/cancel", operator_views.job_cancel, name="job-cancel"),
+    path("schedules/", operator_views.schedules_page, name="schedules"),
     path("inbox/", views.inbox_page, name="inbox"),
     path("inbox/act", views.inbox_act, name="inbox-act"),
     path("settings/quality", views.quality_settings, name="quality-settings"),

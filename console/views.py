@@ -7,8 +7,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from console import charts, inbox, quality
-from lessonboard import breaker, dependencies, llm, overview
+from console import charts, firstrun, inbox, quality
+from lessonboard import breaker, dependencies, llm, overview, pauses
 from lessonboard.llm import ratelimit
 from lessonboard.models import AuditEvent, WorkerHeartbeat
 from lessonboard.permissions import needs_role, require_perm, view_required
@@ -25,6 +25,7 @@ def _overview_context(request: HttpRequest) -> dict[str, object]:
         "llm_outage": breaker.outage(),
         "llm_pause": ratelimit.current(),
         "can_operate": request.user.has_perm("lessonboard.operate_queue"),
+        "queues": pauses.states(),
         **_nodes_context(),
     }
 
@@ -41,6 +42,7 @@ def overview_page(request: HttpRequest) -> HttpResponse:
     context = _overview_context(request)
     if not request.htmx:  # type: ignore[attr-defined]
         context.update(_charts_context(request))
+        context["first_run"] = firstrun.guide(request.build_absolute_uri("/"))
     return render(request, template, context)
 
 

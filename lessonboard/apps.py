@@ -27,3 +27,7 @@ class LessonboardConfig(AppConfig):
         # an edited one (scopes, workspaces) must not keep its old rights in that copy.
         post_delete.connect(forget_changed, sender=AgentToken, dispatch_uid="lessonboard.forget_deleted_token")
         post_save.connect(forget_changed, sender=AgentToken, dispatch_uid="lessonboard.forget_saved_token")
+
+        from lessonboard import schedules
+
+        schedules.connect()  # the Schedules page's last-run record, kept by the workers that run beat's tasks

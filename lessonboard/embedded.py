@@ -204,3 +204,15 @@ def ensure_database(pgdata: Path, name: str) -> None:
 
 def database_url(pgdata: Path, name: str) -> str:
     return f"postgresql://postgres@/{name}?host={socket_dir(pgdata)}"
+
+
+def in_use() -> bool:
+    """Whether this process's database is the embedded server of this data directory: also in the
+    children of ``serve``, which get it as ``DATABASE_URL`` (so ``EMBEDDED_DATABASE`` is false there)."""
+    from django.conf import settings
+
+    if settings.EMBEDDED_DATABASE:
+        return True
+    host = str(settings.DATABASES["default"].get("HOST") or "")
+    pgdata = Path(settings.EMBEDDED_PGDATA)
+    return bool(host) and Path(host) in {pgdata, socket_dir(pgdata)}

@@ -91,6 +91,14 @@ def check_llm() -> tuple[bool, str]:
     return True, llm.status_text()
 
 
+def check_pauses() -> tuple[bool, str]:
+    """Advisory: a queue an operator paused holds its work back (degraded, still ready)."""
+    from lessonboard import pauses
+
+    paused = pauses.current()
+    return not paused, pauses.readiness()[1]
+
+
 CHECKS: dict[str, Check] = {
     "database": check_database,
     "migrations": check_migrations,
@@ -101,7 +109,7 @@ CHECKS: dict[str, Check] = {
 
 
 # Checks that report "degraded" (still 200) instead of failing readiness.
-ADVISORY: dict[str, Check] = {"llm": check_llm}
+ADVISORY: dict[str, Check] = {"llm": check_llm, "pauses": check_pauses}
 
 
 def run_checks() -> tuple[bool, dict[str, dict[str, object]]]:

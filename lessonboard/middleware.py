@@ -23,7 +23,7 @@ CSP = (
 # the login page itself, static files, and the token-authenticated API and MCP endpoint (which answer
 # 401 JSON themselves).
 TOKEN_PREFIXES = ("/api/", "/mcp")
-PUBLIC_PREFIXES = ("/healthz", "/readyz", "/metrics", "/accounts/login/", "/static/", *TOKEN_PREFIXES)
+PUBLIC_PREFIXES = ("/favicon.ico", "/healthz", "/readyz", "/metrics", "/accounts/login/", "/static/", *TOKEN_PREFIXES)
 
 
 class ContentSecurityPolicyMiddleware:

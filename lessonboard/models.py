@@ -323,3 +323,35 @@ class DerivedState(models.Model):
     @classmethod
     def write(cls, name: str, data: Any) -> None:
         cls.objects.update_or_create(pk=name, defaults={"data": data, "computed_at": timezone.now()})
+
+
+class QueuePause(models.Model):
+    """A queue an operator paused (``lessonboard.pauses``): a row while it is paused, so a pause survives a
+    restart of every process; its jobs wait without spending attempts until it is resumed."""
+
+    name = models.CharField(primary_key=True, max_length=50)
+    paused_at = models.DateTimeField(default=timezone.now)
+    paused_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    paused_by_token = models.ForeignKey(AgentToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    reason = models.CharField(max_length=300, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} paused"
+
+
+class ScheduleRun(models.Model):
+    """The last run of one periodic (beat) task, as the worker that ran it saw it (``lessonboard.schedules``)."""
+
+    task = models.CharField(primary_key=True, max_length=200)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    ok = models.BooleanField(default=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    runs = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.task

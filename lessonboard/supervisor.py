@@ -62,12 +62,30 @@ class Child:
     down_since: float | None = None  # wall clock
     last_status: int | None = None
     restart_at: float = 0.0  # monotonic
+    log_path: Path | None = None  # the child's stdout and stderr go here (appended); None: serve's own
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            self.cmd, env=self.env, cwd=self.cwd, start_new_session=True, preexec_fn=_die_with_serve
-        )
+        if self.log_path is None:
+            self.proc = subprocess.Popen(
+                self.cmd, env=self.env, cwd=self.cwd, start_new_session=True, preexec_fn=_die_with_serve
+            )
+        else:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.log_path.open("ab") as log:  # the child keeps its own descriptor
+                self.proc = subprocess.Popen(
+                    self.cmd,
+                    env=self.env,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                    preexec_fn=_die_with_serve,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
         self.down_since = None
+
+    @property
+    def where_output_goes(self) -> str:
+        return str(self.log_path) if self.log_path is not None else "its output above"
 
     @property
     def running(self) -> bool:
@@ -89,7 +107,7 @@ class Child:
         if len(self.exits) >= settings.SERVE_CRASH_LOOP_EXITS:
             raise CrashLoop(
                 f"{self.name} is crash-looping: it exited {len(self.exits)} times within {window:.0f} s "
-                f"(last exit status {self.last_status}); stopping lessonboard — see its output above"
+                f"(last exit status {self.last_status}); stopping lessonboard — see {self.where_output_goes}"
             )
         delay = min(settings.SERVE_RESTART_BACKOFF * 2 ** (len(self.exits) - 1), settings.SERVE_RESTART_BACKOFF_MAX)
         self.restart_at = now + delay

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
 
 from lessonboard import health
 from lessonboard.roles import roles_of
@@ -47,3 +49,9 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if request.path.startswith("/api/"):
         return JsonResponse({"error": "internal error; it has been logged"}, status=500)
     return render(request, "500.html", status=500)
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers (and the admin's pages, which do not link one) ask for /favicon.ico: the static SVG."""
+    return redirect(static("favicon.svg"), permanent=True)

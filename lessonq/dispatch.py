@@ -18,7 +18,7 @@ from django.db.models import F, Value
 from django.utils import timezone
 from kombu.utils.uuid import uuid
 
-from lessonboard import llm
+from lessonboard import pauses
 from lessonboard.celery import app
 from lessonboard.waiting import poll
 from lessonq import metrics
@@ -82,8 +82,8 @@ def dispatch_many(jobs: list[Job], *, now: datetime | None = None, redispatch: b
     if not jobs:
         return 0
     ids = [j.pk for j in jobs]
-    reason = llm.unavailable_reason()
-    if reason:  # no LLM configured, or the breaker is open: they stay in the WAL, undispatched
+    reason = pauses.unavailable_reason("lessonq")
+    if reason:  # paused, no LLM configured, or the breaker is open: they stay in the WAL, undispatched
         Job.objects.filter(pk__in=ids).update(dispatched_at=None, waiting_reason=reason[:300])
         return 0
     counter = F("redispatches") + 1 if redispatch else Value(0)
@@ -143,7 +143,7 @@ def dispatch(job: Job, *, now: datetime | None = None, block: bool = False) -> b
     Returns whether it was dispatched.
     """
     now = now or timezone.now()
-    reason = llm.unavailable_reason()[:300]  # no LLM configured, or the breaker is open
+    reason = pauses.unavailable_reason("lessonq")[:300]  # paused, no LLM configured, or the breaker is open
     if reason:
         if job.waiting_reason != reason or job.dispatched_at is not None:
             job.mark_waiting(reason)

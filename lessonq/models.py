@@ -378,6 +378,7 @@ class AttemptOutcome(models.TextChoices):
     TRANSIENT = "transient", "transient"
     PERMANENT = "permanent", "permanent"
     LOST = "lost", "worker lost"
+    CANCELLED = "cancelled", "cancelled by an operator"
 
 
 class JobAttempt(models.Model):

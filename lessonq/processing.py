@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from lessonboard import llm
+from lessonboard import llm, pauses
 from lessonq import faults, generation, gojson, metrics
 from lessonq.dispatch import publish
 from lessonq.failover import Fenced, ensure_ours
@@ -79,7 +79,7 @@ def process(job_id: str) -> str:
     attempt row in one statement (``claim_due``); anything else (a finished or unknown job, a reclaim of
     a lost attempt, an LLM outage) takes the path that reads the row first and says why."""
     reason, pause = llm.availability()
-    reason = reason[:300]
+    reason = (pauses.reason("lessonq") or reason)[:300]  # an operator's pause first
     if pause is not None and not reason:
         waited = wait_out_pause(job_id, pause)
         if waited:

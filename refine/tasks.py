@@ -5,7 +5,7 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from lessonboard import llm
+from lessonboard import pauses
 from refine.models import RefineRun, RunStatus
 from refine.runs import RUN_REFINE, RUN_REFINE_QUEUE, STALE_RUNNING, execute_run
 
@@ -19,8 +19,8 @@ def run_refine(run_id: int) -> str:
     """Run one refine (ids in, outcome out). Refiner errors do not retry: chatcli keeps the previous
     draft and stops, and the run row records why. With no LLM configured the run stays queued, saying
     so, and the sweep publishes it again once one is."""
-    reason = llm.unavailable_reason()
-    if reason:  # none configured, or the breaker is open (docs/operations.md#llm-outage)
+    reason = pauses.unavailable_reason("refine")
+    if reason:  # paused, none configured, or the breaker is open (docs/operations.md#llm-outage)
         RefineRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(error=f"waiting: {reason}")
         return "waiting for an LLM"
     run = execute_run(run_id)
@@ -31,7 +31,7 @@ def run_refine(run_id: int) -> str:
 def requeue_stalled() -> list[int]:
     """Beat (and the LLM breaker closing): publish stalled runs again (lost messages, runs that waited
     for an LLM, dead workers)."""
-    if llm.unavailable_reason():
+    if pauses.unavailable_reason("refine"):
         return []
     now = timezone.now()
     ids = list(

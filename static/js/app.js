@@ -20,6 +20,15 @@
       document.body.dispatchEvent(new CustomEvent("visible-again", { bubbles: false }));
     }
   });
+  // The nav collapses to a menu button on narrow screens (static/css/app.css): the button opens it.
+  document.addEventListener("click", function (evt) {
+    var toggle = evt.target instanceof Element && evt.target.closest("#menu-toggle");
+    if (!toggle) { return; }
+    var open = toggle.getAttribute("aria-expanded") !== "true";
+    toggle.setAttribute("aria-expanded", String(open));
+    var bar = toggle.closest(".topbar");
+    if (bar) { bar.classList.toggle("menu-open", open); }
+  });
   // Buttons and forms marked data-confirm ask first (works with and without htmx).
   document.addEventListener("submit", function (evt) {
     var form = evt.target;

@@ -3,7 +3,6 @@ being the fake OpenAI server answering as a real model would for each prompt."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,46 +15,10 @@ from typing import Any
 import pytest
 
 from tests.docs import docset
-from tests.fakes.openai_server import FakeOpenAIServer, Reply
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.tour_llm import respond
 from tests.support.processes import CeleryWorker, Gunicorn, subprocess_env
 from tests.support.wait import wait_for
-
-LESSON_REPLY = (
-    "<situation>editing a large source file</situation><mistake>rewrote the whole file at once</mistake>"
-    "<correction>make targeted edits and run the build after each</correction><tags>go, edit-file</tags>"
-)
-PROPOSALS_REPLY = json.dumps(
-    {
-        "proposals": [
-            {
-                "target": "memory",
-                "op": "add",
-                "content": "The test suite runs with make test.",
-                "rationale": "a project convention",
-                "score": 0.9,
-            },
-            {
-                "target": "lesson",
-                "op": "add",
-                "lesson": {"situation": "editing a large Go file", "correction": "split it into targeted edits"},
-                "rationale": "worth keeping as a lesson",
-                "score": 0.8,
-            },
-        ]
-    }
-)
-
-
-def respond(request: dict[str, Any]) -> Reply:
-    """What a model would answer to each of lessonboard's prompts (and to the example agent's own)."""
-    system = next((m["content"] for m in request.get("messages", []) if m.get("role") == "system"), "")
-    if "distill engineering lessons" in system:
-        return Reply(text=LESSON_REPLY)
-    if "propose what is worth remembering" in system:
-        return Reply(text=PROPOSALS_REPLY)
-    if system.startswith("You are a careful coding agent."):
-        return Reply(text="")  # the example agent's model fails, so the example reports an error
-    return Reply(text="ok")
 
 
 @dataclass
@@ -64,6 +27,7 @@ class Stack:
     node: str
     llm: FakeOpenAIServer
     queue_dir: Path
+    env: dict[str, str]  # the environment of the stack's processes (for a management command on its node)
 
     def forget_jobs(self) -> None:
         """Empty the node's WAL and DLQ: the database is emptied between tests, so are they."""
@@ -113,7 +77,7 @@ def docs_stack(
     worker = CeleryWorker(queues=[f"lessonq.{node}", "embed"], env=env, hostname=f"{node}@%h")
     try:
         worker.wait_ready()
-        yield Stack(url=web.url, node=node, llm=fake_openai_server, queue_dir=queue_dir)
+        yield Stack(url=web.url, node=node, llm=fake_openai_server, queue_dir=queue_dir, env=env)
     finally:
         worker.stop()
         web.stop()

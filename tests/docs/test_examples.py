@@ -120,3 +120,91 @@ def test_the_outcome_example_records_how_the_task_of_its_retrieval_went(stack: S
     assert retrieval.task == "Add a database migration for the orders table" and retrieval.agent == "coder"
     assert retrieval.success is True and retrieval.outcome_note == "the migration ran in CI"
     assert answer == {"retrieval_id": retrieval.pk, "success": True, "lessons": []}
+
+
+def test_the_tours_step_4_shows_the_outage_then_a_dead_job_and_its_retry(
+    stack: Stack, tmp_path: Path, settings: Any
+) -> None:
+    """Step 4 as the README tells it: the model stopped, the job waits (breaker open, banner, degraded
+    readiness) and runs once the model is back; a reply the parser refuses kills a job at once; its retry
+    from the terminal, with the model answering again, makes the lesson."""
+    import subprocess
+    import sys
+    import urllib.request
+    from datetime import timedelta
+
+    from django.test import Client
+    from django.utils import timezone
+
+    from lessonboard import breaker
+    from lessonq.generation import NO_BLOCKS
+    from tests.factories import UserFactory
+    from tests.fakes.tour_llm import respond
+    from tests.support.processes import ROOT
+
+    settings.LLM_BASE_URL, settings.LLM_MODEL = stack.llm.url, stack.llm.model  # the breaker's key
+    port = stack.llm.port
+    stack.llm.stop()  # "Stop the model"
+    try:
+        waiting = json.loads(run_ok(stack, example("README.md", "tour-outage"), tmp_path))
+        wait_for(breaker.is_open, timeout=90, what="the breaker to open after 5 failed calls")
+        job = wait_for(
+            lambda: (
+                Job.objects.filter(pk=waiting["job_id"], state__in=(JobState.PENDING, JobState.RETRY_WAIT))
+                .exclude(waiting_reason="")
+                .first()
+            ),
+            timeout=60,
+            what="the job to wait with its reason",
+        )
+        assert job.waiting_reason.startswith("LLM unreachable since") and job.state != JobState.DEAD
+        with urllib.request.urlopen(stack.url + "/readyz", timeout=10) as answer:
+            assert json.loads(answer.read())["status"] == "degraded"
+        client = Client()
+        client.force_login(UserFactory(username="tour-operator", role="operator"))
+        queue = client.get("/queue/?tab=retrying").content.decode()
+        assert "LLM unreachable since" in queue and waiting["job_id"] in queue
+    finally:
+        stack.llm.start(port=port)  # "Start the model again"
+    settings.LLM_API_KEY = "sk-test"
+    assert breaker.probe(now=timezone.now() + timedelta(minutes=1)) == "closed"  # what beat's probe does in 15 s
+    assert not breaker.is_open()
+    # Closing it fans a sweep out to every node (lessonq.tasks.sweep_all, on the default queue, which serve's
+    # worker consumes); the docs stack's worker has only its node's queues, so the fan-out runs here.
+    from lessonq.tasks import sweep_all
+
+    sweep_all.apply()
+    wait_for(
+        lambda: Job.objects.filter(pk=waiting["job_id"], state=JobState.SUCCEEDED).exists(),
+        timeout=60,
+        what="the waiting job to run once the model is back",
+    )
+
+    stack.llm.responder = lambda request: respond(request, prose=True)  # tour_llm --prose
+    try:
+        refused = json.loads(run_ok(stack, example("README.md", "tour-refused"), tmp_path))
+        dead = wait_for(
+            lambda: Job.objects.filter(pk=refused["job_id"], state=JobState.DEAD).first(),
+            timeout=60,
+            what="the refused job to die",
+        )
+    finally:
+        stack.llm.responder = respond  # tour_llm without --prose
+    assert dead.last_error == NO_BLOCKS and dead.attempts == 1  # at once: no retries of a refused reply
+    readme = (docset.ROOT / "README.md").read_text()
+    assert "python3 lb.py manage reflect retry <job id>" in readme
+    done = subprocess.run(
+        [sys.executable, "manage.py", "reflect", "retry", dead.pk],
+        env=stack.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    job = wait_for(
+        lambda: Job.objects.filter(pk=dead.pk, state=JobState.SUCCEEDED).first(),
+        timeout=60,
+        what="the retried job to become a lesson",
+    )
+    assert job.lesson_id is not None

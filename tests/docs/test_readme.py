@@ -17,7 +17,7 @@ def test_the_first_commands_are_serve_and_test() -> None:
 
 def test_it_stays_short_and_links_every_doc() -> None:
     text = README.read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 170
+    assert len(text.splitlines()) <= 190  # the tour's step 4 shows an outage and a dead job
     linked = {link.target.split("#")[0] for link in docset.links(README)}
     pages = {docset.rel(p) for p in docset.DOCS.rglob("*.md")}
     assert sorted(pages - linked) == [], "every page under docs/ is reachable from the README"

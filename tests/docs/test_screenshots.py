@@ -6,6 +6,7 @@ with ``LESSONBOARD_UPDATE_SCREENSHOTS=1``, so a test run leaves the work tree cl
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from collections.abc import Callable
@@ -45,8 +46,26 @@ def dead_jobs() -> str:
     return "/queue/"
 
 
-# image name → a function that makes its data and returns the page to photograph
-SHOTS: dict[str, Callable[[], str]] = {"queue.png": dead_jobs}
+def demo_data(path: str) -> Callable[[], str]:
+    def make() -> str:
+        from django.core.management import call_command
+
+        call_command("demo", stdout=io.StringIO())
+        return path
+
+    return make
+
+
+DESKTOP = {"width": 1280, "height": 1000}
+PHONE = {"width": 390, "height": 844}  # a common phone's viewport
+
+# image name → a function that makes its data and returns the page to photograph, and the viewport
+SHOTS: dict[str, tuple[Callable[[], str], dict[str, int]]] = {
+    "queue.png": (dead_jobs, DESKTOP),
+    "phone-overview.png": (demo_data("/"), PHONE),
+    "phone-queue.png": (dead_jobs, PHONE),
+    "phone-inbox.png": (demo_data("/inbox/"), PHONE),
+}
 
 
 def referenced_images() -> set[str]:
@@ -75,15 +94,22 @@ def test_it_takes_the_screenshot_from_the_live_page(
     queue_dir: Path,
     tmp_path: Path,
 ) -> None:
+    from django.core.cache import cache
+
+    cache.clear()  # the demo banner's state of an earlier shot is cached
     UserFactory(username="alice", role="operator")
-    path = SHOTS[name]()
-    context = browser.new_context(viewport={"width": 1280, "height": 1000}, device_scale_factor=1)
+    recipe, viewport = SHOTS[name]
+    path = recipe()
+    phone = viewport == PHONE
+    context = browser.new_context(viewport=viewport, device_scale_factor=1, is_mobile=phone, has_touch=phone)
     page = context.new_page()
     try:
         login(page, "alice")
         page.goto(live_server.url + path)
         page.wait_for_load_state("networkidle")
         assert page.locator("h1").count() == 1
+        # a phone's shot shows the page as it fits the phone: nothing wider than the screen
+        assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
         shot = tmp_path / name
         page.screenshot(path=str(shot))
         assert shot.stat().st_size > 10_000

@@ -26,6 +26,7 @@ def test_readyz_is_green_with_every_check(client):
         "llm",
         "nodes",
         "scheduler",
+        "pauses",
     }
     assert all(check["ok"] for check in body["checks"].values())
 

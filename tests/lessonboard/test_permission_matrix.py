@@ -26,8 +26,8 @@ from tests.factories import UserFactory
 pytestmark = pytest.mark.django_db
 
 # Reachable without a login or a token, on purpose. /metrics checks its own bearer token (tested in
-# test_security.py); the others are the login flow and the probes.
-PUBLIC = {"accounts/login/", "accounts/logout/", "healthz", "readyz", "metrics"}
+# test_security.py); the others are the login flow, the probes and the icon browsers ask for.
+PUBLIC = {"accounts/login/", "accounts/logout/", "healthz", "readyz", "metrics", "favicon.ico"}
 METHODS = ("GET", "POST")
 
 

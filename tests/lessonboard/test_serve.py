@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 class Serve:
     """``manage.py serve`` in its own session, as a terminal's foreground job would be."""
 
-    def __init__(self, data_dir: Path, **env: str) -> None:
+    def __init__(self, data_dir: Path, *args: str, **env: str) -> None:
         self.data_dir = data_dir
         (data_dir / "metrics").mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -52,7 +52,7 @@ class Serve:
         self.log_path = Path(tempfile.mkstemp(prefix="lb-serve-", suffix=".log")[1])
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--port", str(self.port)],
+            [sys.executable, "manage.py", "serve", "--port", str(self.port), *args],
             env=merged,
             cwd=ROOT,
             stdout=self._log,
@@ -62,6 +62,11 @@ class Serve:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def child_log(self, name: str) -> str:
+        """What a child printed: ``<data dir>/logs/<name>.log`` (without --verbose)."""
+        path = self.data_dir / "logs" / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def wait_up(self, timeout: float = 180) -> Serve:
         def up() -> bool:
@@ -108,8 +113,8 @@ class Serve:
 def serve_factory(tmp_path: Path):  # type: ignore[no-untyped-def]
     started: list[Serve] = []
 
-    def start(**env: str) -> Serve:
-        started.append(Serve(tmp_path / "data", **env))
+    def start(*args: str, **env: str) -> Serve:
+        started.append(Serve(tmp_path / "data", *args, **env))
         return started[-1]
 
     yield start
@@ -127,8 +132,16 @@ def _pid_gone(pid: int) -> bool:
 def test_it_restarts_a_worker_that_died_while_the_web_stays_up_and_readyz_says_degraded(serve_factory) -> None:  # type: ignore[no-untyped-def]
     serve = serve_factory(LESSONBOARD_SERVE_RESTART_BACKOFF="3").wait_up()
     log = serve.log()
-    # How to log in comes before the children's output (a newcomer sees it without waiting for the web).
-    assert -1 < log.find("password") < log.find("Starting web:"), log[:2000]
+    # Start-up ends with how to log in (the first run's password too) and where the logs are; the children's
+    # own output is in their log files, not between serve's lines.
+    welcome = log[log.index("lessonboard is running at") :]
+    assert log.find("Starting web:") < log.find("lessonboard is running at")
+    assert "    password: " in welcome and "username: admin" in welcome, welcome
+    assert f"Logs: {serve.data_dir / 'logs'}/ (web.log, worker.log, beat.log); serve --verbose" in welcome
+    assert "Booting worker" not in log and "Booting worker" in serve.child_log("web")  # gunicorn's
+    wait_for(lambda: "[queues]" in serve.child_log("worker"), timeout=60, what="the worker's banner in worker.log")
+    wait_for(lambda: "beat: Starting" in serve.child_log("beat"), timeout=60, what="beat's start in beat.log")
+    assert "[queues]" not in serve.log() and "beat: Starting" not in serve.log()
     first = serve.status()
     web_pid, worker_pid = first["web"]["pid"], first["worker"]["pid"]
 
@@ -221,11 +234,12 @@ def test_it_exits_non_zero_with_the_reason_when_a_child_crash_loops(serve_factor
 
     assert serve.wait_exit() == 3
     assert "worker is crash-looping: it exited 3 times within 120 s (last exit status -9)" in serve.log()
+    assert f"stopping lessonboard — see {serve.data_dir / 'logs' / 'worker.log'}" in serve.log()
     assert wait_for(lambda: _pid_gone(web_pid), timeout=30, what="the web stopped with serve")
 
 
 def test_it_stops_its_children_in_order_on_ctrl_c_and_no_request_fails(serve_factory) -> None:  # type: ignore[no-untyped-def]
-    serve = serve_factory().wait_up()
+    serve = serve_factory("--verbose").wait_up()  # the children's output in serve's, to check it below
     children = [serve.status()[name]["pid"] for name in ("web", "worker", "beat")]
     statuses: list[int | str] = []
     stop_polling = threading.Event()
@@ -247,6 +261,7 @@ def test_it_stops_its_children_in_order_on_ctrl_c_and_no_request_fails(serve_fac
 
     log = serve.log()
     assert code == 0, log[-3000:]
+    assert "Booting worker" in log and not (serve.data_dir / "logs").exists()  # --verbose: shown, not filed
     assert "Handling signal: int" not in log  # gunicorn got serve's SIGTERM, not the terminal's SIGINT
     assert "Aborted!" not in log  # beat too
     assert log.index("Stopped web.") < log.index("Stopped worker.") < log.index("Stopped beat.")

@@ -28,8 +28,9 @@ def test_it_is_never_seeded_unless_asked(client_as, carol, settings):
     assert "python3 lb.py serve --demo" in page  # the hint on an empty embedded database
 
 
-def test_an_empty_production_database_gets_no_demo_hint(client_as, carol, settings):
+def test_an_empty_production_database_gets_no_demo_hint(client_as, carol, settings, monkeypatch):
     settings.EMBEDDED_DATABASE = False
+    monkeypatch.setitem(settings.DATABASES["default"], "HOST", "db.internal")  # not the embedded server
     cache.delete("lessonboard:demo-banner")
     page = client_as(carol).get("/").content.decode()
     assert "serve --demo" not in page

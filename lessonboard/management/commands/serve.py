@@ -1,7 +1,8 @@
 """`manage.py serve`: the whole of lessonboard on one machine, in the foreground.
 
 Order of start: embedded PostgreSQL (unless DATABASE_URL) → migrate → first-run admin → Celery worker
-and beat → gunicorn → wait for /healthz → print the URL and how to log in.
+and beat → gunicorn → wait for /healthz → print the URL and how to log in, last. The children's output goes
+to ``<data dir>/logs/<child>.log`` (the previous run's is kept as ``.log.1``); ``--verbose`` shows it here.
 Order of stop (Ctrl-C or SIGTERM): web first (no new work accepted), then the workers drain within
 LESSONBOARD_DRAIN_TIMEOUT (the WAL keeps whatever is not finished), then beat, then PostgreSQL.
 
@@ -66,6 +67,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--demo", action="store_true", help="seed the demo workspace with sample data first (lessonboard/demo.py)"
         )
+        parser.add_argument(
+            "--verbose",
+            action="store_true",
+            help="show the children's output (web, worker, beat) here instead of only in <data dir>/logs/",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stop_requested = threading.Event()
@@ -74,16 +80,18 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, self._on_signal)
         try:
             child_env = self._prepare()
-            # How to log in, before the children's output and before the web server's first (slow) requests:
-            # the welcome below repeats it once the web server answers.
-            self.stdout.write("\n".join(self.login_hint))
-            self.stdout.flush()
+            self.log_dir: Path | None = None if options["verbose"] else Path(settings.DATA_DIR) / "logs"
+            if self.log_dir is not None:
+                self.stdout.write(f"The children's output goes to {self.log_dir}/ (serve --verbose shows it here).")
             if options["demo"]:
                 call_command("demo", stdout=self.stdout)
             self._start_children(child_env, options)
             url = f"http://{options['host']}:{options['port']}/"
             if not self._wait_for_web(url):
-                raise CommandError("the web server did not come up; see its output above")
+                # The first run's password is shown once: not lost with a web server that failed.
+                self.stderr.write("\n".join(self.login_hint))
+                web = next(c for c in self.children if c.name == "web")
+                raise CommandError(f"the web server did not come up; see {web.where_output_goes}")
             self._print_welcome(url)
             self._supervise()
         except CrashLoop as exc:
@@ -215,7 +223,12 @@ class Command(BaseCommand):
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
         self.stdout.write(f"Starting {name}: {' '.join(cmd[1:6])} …")
-        child = Child(name, cmd, env, settings.BASE_DIR)
+        log_path = None
+        if self.log_dir is not None:
+            log_path = self.log_dir / f"{name}.log"
+            if log_path.exists():  # one earlier run's log is kept beside this run's
+                log_path.replace(log_path.with_name(f"{name}.log.1"))
+        child = Child(name, cmd, env, settings.BASE_DIR, log_path=log_path)
         child.start()
         self.children.append(child)
         write_status(self.children)
@@ -237,8 +250,14 @@ class Command(BaseCommand):
         return False
 
     def _print_welcome(self, url: str) -> None:
+        """The last thing start-up prints: where it runs, how to log in, where the logs are."""
         lines = ["", "=" * 72, f"lessonboard is running at {url}", *self.login_hint]
         lines += [f"Admin site: {url}admin/"] + ([self.metrics_hint.format(url=url)] if self.metrics_hint else [])
+        if self.log_dir is not None:
+            names = ", ".join(f"{c.name}.log" for c in self.children)
+            lines.append(f"Logs: {self.log_dir}/ ({names}); serve --verbose shows them here")
+        else:
+            lines.append("Logs: the children's output, above (--verbose)")
         lines += ["Press Ctrl-C to stop (workers drain, PostgreSQL stops).", "=" * 72, ""]
         self.stdout.write("\n".join(lines))
         self.stdout.flush()
