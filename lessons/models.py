@@ -101,7 +101,7 @@ class Lesson(models.Model):
         output_field=SearchVectorField(),
         db_persist=True,
     )
-    # Identifier-aware full text (migration 0009, docs/lessons.md#full-text): the language's stems, the
+    # Identifier-aware full text (migration 0010, docs/lessons.md#full-text): the language's stems, the
     # words unstemmed and every code-like token whole, by segment and in parts (``lesson_code_terms``).
     term_vector = models.GeneratedField(
         expression=models.Func(

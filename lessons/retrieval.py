@@ -140,7 +140,7 @@ def query_terms(query: str) -> list[str]:
 
 
 # --- the full-text branch ---------------------------------------------------------------------------
-# It searches ``term_vector`` (migration 0009): a lesson's words stemmed by its language, the same words
+# It searches ``term_vector`` (migration 0010): a lesson's words stemmed by its language, the same words
 # unstemmed ('simple'), and every code-like token (``go.sum``, ``ERR_OSSL_EVP_UNSUPPORTED``,
 # ``--max-old-space-size``, ``E0382``, ``import.meta.env.VITE_API_URL``) whole, by segment and in parts,
 # extracted by the SQL function ``lesson_code_terms`` that the task goes through too. A task becomes

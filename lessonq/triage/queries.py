@@ -116,7 +116,7 @@ class JobFilter:
 
 
 # Text search reads a bounded excerpt of each payload: the first SEARCH_EXCERPT_CHARS characters of the
-# task and of the last error, which the trigram GIN indexes of migration 0007_search_excerpts hold for
+# task and of the last error, which the trigram GIN indexes of migration 0009_search_excerpts hold for
 # every finished state (the Dead, Done and Expired tabs, where rows pile up). A 15 MiB payload is never
 # searched by substring. The active tabs (Pending, Retrying) are a working set with no such index: their
 # search reads the excerpts of the tab's rows, and is refused while the tab holds more than

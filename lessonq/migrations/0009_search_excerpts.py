@@ -24,7 +24,7 @@ CREATE INDEX queue_job_dead_error_trgm ON queue_job USING gin (UPPER(last_error)
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("queue", "0006_empty_error_signature"),
+        ("queue", "0008_node_presence_scheduler"),
     ]
 
     operations = [migrations.RunSQL(FORWARD, reverse_sql=BACKWARD)]

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("lessonboard", "0004_llm_breaker"),
+        ("lessonboard", "0005_llm_rate_limit"),
     ]
 
     operations = [

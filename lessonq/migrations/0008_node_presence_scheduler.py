@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("queue", "0006_empty_error_signature"),
+        ("queue", "0007_attempt_reply"),
     ]
 
     operations = [

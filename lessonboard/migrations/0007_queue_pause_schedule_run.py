@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('lessonboard', '0004_llm_breaker'),
+        ("lessonboard", "0006_derived_state"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

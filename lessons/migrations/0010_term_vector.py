@@ -42,7 +42,7 @@ DROP = "DROP FUNCTION IF EXISTS lesson_term_vector(text, text, text, text, text,
 
 
 class Migration(migrations.Migration):
-    dependencies = [("lessons", "0008_embedding_dimensions")]
+    dependencies = [("lessons", "0009_integrity")]
 
     operations = [
         BtreeGinExtension(),
