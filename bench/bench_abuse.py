@@ -347,7 +347,7 @@ def main() -> None:
 
         print(f"4. derived views (class: list) after {args.gaps:,} distinct gaps")
         seed_gaps(args.gaps)
-        from lessonboard.tasks import refresh_derived
+        from console.tasks import refresh_derived
 
         t0 = time.perf_counter()
         refreshed = refresh_derived()

@@ -304,7 +304,7 @@ class LLMBreaker(models.Model):
 
 class DerivedState(models.Model):
     """A derived view kept ready to read (docs/api.md#limits): knowledge-gap groups, the inbox's waiting
-    items. Written by a beat task (``lessonboard.tasks.refresh_derived``) and when an input changes
+    items. Written by a beat task (``console.tasks.refresh_derived``) and when an input changes
     (an action, the embed worker); a page reads its row by primary key and never recomputes it."""
 
     name = models.CharField(primary_key=True, max_length=100)

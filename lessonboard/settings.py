@@ -369,7 +369,7 @@ STATEMENT_TIMEOUT_SEARCH = env.duration("LESSONBOARD_STATEMENT_TIMEOUT_SEARCH", 
 # by beat this often, and on their inputs' changes (an inbox action, a gap dismissed, a gap's vector stored).
 DERIVED_REFRESH_INTERVAL = env.duration("LESSONBOARD_DERIVED_REFRESH_INTERVAL", 15.0, minimum=1)
 CELERY_BEAT_SCHEDULE["derived-refresh"] = {
-    "task": "lessonboard.tasks.refresh_derived",
+    "task": "console.tasks.refresh_derived",
     "schedule": DERIVED_REFRESH_INTERVAL,
 }
 

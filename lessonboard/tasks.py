@@ -30,13 +30,3 @@ def probe_llm() -> str:
     from lessonboard import breaker
 
     return breaker.probe()
-
-
-@shared_task(name="lessonboard.tasks.refresh_derived", ignore_result=True)
-def refresh_derived() -> dict[str, int]:
-    """Beat (and soon after an input changes): the maintained views pages read instead of computing
-    them, knowledge-gap groups first (the inbox lists them), then the inbox's waiting items."""
-    from lessonboard import inbox
-    from lessons.usage import gaps
-
-    return {"gap_groups": gaps.refresh(), "inbox_items": inbox.refresh()}

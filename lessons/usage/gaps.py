@@ -26,6 +26,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from lessonboard.celery import app
 from lessonboard.models import DerivedState
 from lessons.usage.models import Retrieval
 
@@ -143,10 +144,8 @@ def refresh_soon() -> None:
 
     if not cache.add(f"{SNAPSHOT}:queued", 1, timeout=5):
         return
-    from lessonboard.tasks import refresh_derived
-
-    try:
-        refresh_derived.apply_async(countdown=2)
+    try:  # published by name: the console's task module imports this one
+        app.send_task("console.tasks.refresh_derived", countdown=2)
     except Exception:  # the broker is down: beat's refresh will do
         cache.delete(f"{SNAPSHOT}:queued")
 

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from lessonboard import inbox
 from lessonboard.models import AuditEvent, DerivedState
-from lessonboard.tasks import refresh_derived
+from console.tasks import refresh_derived
 from lessons.review.models import Proposal
 from lessons.usage import gaps
 
