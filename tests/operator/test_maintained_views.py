@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from lessonboard import inbox
-from lessonboard.models import AuditEvent, DerivedState
+from console import inbox
 from console.tasks import refresh_derived
+from lessonboard.models import AuditEvent, DerivedState
 from lessons.review.models import Proposal
 from lessons.usage import gaps
 
