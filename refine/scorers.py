@@ -102,4 +102,3 @@ def jaccard_score(a: str, b: str, *, stop_words: frozenset[str] = STOP_WORDS) ->
     similarity = len(set_a & set_b) / len(set_a | set_b)
     confidence = min(newton_sqrt4(float(len(set_a) * len(set_b))) / 50, 0.95)
     return Score(clamp(similarity), confidence)
-
