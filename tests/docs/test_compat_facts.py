@@ -24,7 +24,10 @@ def section(path_name: str, anchor: str) -> str:
 
 def test_the_metric_names_are_the_ones_the_code_registers() -> None:
     documented = set(re.findall(r"`(chatcli_lessonq_[a-z_]+)`", section("chatcli.md", "metrics")))
-    source = (docset.ROOT / "lessonq" / "metrics.py").read_text(encoding="utf-8")
+    # The counters and histogram in metrics.py, the three scrape-time gauges in gauges.py.
+    source = "".join(
+        (docset.ROOT / "lessonq" / name).read_text(encoding="utf-8") for name in ("metrics.py", "gauges.py")
+    )
     registered = set(re.findall(r'"(chatcli_lessonq_[a-z_]+)"', source))
     assert len(documented) == 10 and documented == registered
     assert metrics.ENQUEUE_OUTCOMES == ("accepted", "rejected_full", "deduped", "dropped_oldest")
