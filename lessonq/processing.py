@@ -204,7 +204,7 @@ def run_attempt(job: Job, attempt: JobAttempt | None = None) -> str:
     try:
         with usage.context(
             purpose="lesson",
-            workspace=job.workspace.slug if job.workspace_id else "",
+            workspace=job.workspace.slug if job.workspace is not None else "",
             agent=job.agent,
             prompt="lesson",
             version=generation.PROMPT_VERSION,
