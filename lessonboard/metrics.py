@@ -31,6 +31,21 @@ LLM_CALLS_IN_FLIGHT = Gauge(
 LLM_SATURATED = Counter(
     "lessonboard_llm_saturated_total", "LLM calls refused or given up because every slot of the node was in use."
 )
+LLM_CALLS = Counter(
+    "lessonboard_llm_calls_total",
+    "LLM chat calls made, by purpose, model and outcome.",
+    ["purpose", "model", "outcome"],
+)
+LLM_TOKENS = Counter(
+    "lessonboard_llm_tokens_total",
+    "Tokens of LLM chat calls (from the answer's usage, else estimated), by purpose, model and kind.",
+    ["purpose", "model", "kind"],
+)
+LLM_COST = Counter(
+    "lessonboard_llm_cost_total",
+    "Cost of LLM chat calls from LESSONBOARD_LLM_PRICES, by purpose and model.",
+    ["purpose", "model"],
+)
 LLM_RATE_LIMITS = Counter(
     "lessonboard_llm_rate_limits_total", "Rate-limit answers from the LLM (429, or 503 with Retry-After)."
 )

@@ -355,3 +355,33 @@ class ScheduleRun(models.Model):
 
     def __str__(self) -> str:
         return self.task
+
+
+class LLMCall(models.Model):
+    """One chat call through the gateway (``lessonboard.llm.usage``): what it was for, the model, tokens
+    (from the answer's ``usage``, else estimated and marked so), latency, outcome and cost (from
+    LESSONBOARD_LLM_PRICES). Kept LESSONBOARD_LLM_CALL_RETENTION, like the other logs."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    purpose = models.CharField(max_length=20, help_text="lesson, review, refine, hyde, probe or other")
+    model = models.CharField(max_length=200)
+    endpoint = models.CharField(max_length=500, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    tokens_estimated = models.BooleanField(default=False, help_text="the answer had no usage: tokens are chars / 4")
+    latency_ms = models.FloatField(default=0.0)
+    outcome = models.CharField(max_length=20, help_text="ok, truncated, rate_limited, refused, error")
+    error = models.TextField(blank=True)
+    cost = models.DecimalField(max_digits=14, decimal_places=8, default=0)
+    workspace = models.CharField(max_length=100, blank=True, db_index=True)
+    agent = models.CharField(max_length=200, blank=True)
+    prompt_name = models.CharField(max_length=100, blank=True)
+    prompt_version = models.CharField(max_length=100, blank=True)
+    job_id = models.CharField(max_length=16, blank=True, db_index=True)
+    refine_run_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.purpose} {self.model} {self.outcome}"

@@ -325,6 +325,10 @@ LLM_CONCURRENCY = env.integer("LESSONBOARD_LLM_CONCURRENCY", 16, minimum=1)
 LLM_CONCURRENCY_BY_MODEL = env.items("LESSONBOARD_LLM_CONCURRENCY_BY_MODEL", (), lower=False)
 # How long a worker's call waits for a free slot before it fails (transient); web requests never wait.
 LLM_SLOT_WAIT = env.duration("LESSONBOARD_LLM_SLOT_WAIT", 60.0, minimum=0.0)
+# Prices for the usage records (lessonboard/llm/usage.py): "model=input/output" per million tokens, "*" for
+# any other model; a model without a price costs 0.
+LLM_PRICES = env.items("LESSONBOARD_LLM_PRICES", (), lower=False)
+LLM_CALL_RETENTION = env.duration("LESSONBOARD_LLM_CALL_RETENTION", 90 * 86400.0, minimum=0)  # 0 = forever
 
 # --- LLM breaker (docs/operations.md#llm-outage) ----------------------------------------------------------
 # Consecutive outage errors (connection errors, timeouts, 5xx) that open the breaker; while it is open,
@@ -332,6 +336,7 @@ LLM_SLOT_WAIT = env.duration("LESSONBOARD_LLM_SLOT_WAIT", 60.0, minimum=0.0)
 LLM_BREAKER_THRESHOLD = env.integer("LESSONBOARD_LLM_BREAKER_THRESHOLD", 5, minimum=1)
 LLM_BREAKER_PROBE_INTERVAL = env.duration("LESSONBOARD_LLM_BREAKER_PROBE_INTERVAL", 15.0, minimum=0.1)
 LLM_BREAKER_PROBE_TIMEOUT = env.duration("LESSONBOARD_LLM_BREAKER_PROBE_TIMEOUT", 10.0, minimum=0.001)
+CELERY_BEAT_SCHEDULE["llm-call-retention"] = {"task": "lessonboard.tasks.purge_llm_calls", "schedule": 3600.0}
 CELERY_BEAT_SCHEDULE["llm-breaker-probe"] = {
     "task": "lessonboard.tasks.probe_llm",
     "schedule": LLM_BREAKER_PROBE_INTERVAL,

@@ -24,6 +24,14 @@ def heartbeat() -> str:
     return hostname
 
 
+@shared_task(name="lessonboard.tasks.purge_llm_calls", ignore_result=True)
+def purge_llm_calls() -> int:
+    """Beat: delete LLM call records older than LESSONBOARD_LLM_CALL_RETENTION."""
+    from lessonboard.llm import usage
+
+    return usage.purge()
+
+
 @shared_task(name="lessonboard.tasks.probe_llm", ignore_result=True)
 def probe_llm() -> str:
     """Beat: the LLM breaker's half-open probe, when the breaker is open and a probe is due."""

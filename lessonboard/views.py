@@ -7,6 +7,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from lessonboard import health
+from lessonboard.permissions import view_required
 from lessonboard.roles import roles_of
 
 
@@ -55,3 +56,42 @@ def server_error(request: HttpRequest) -> HttpResponse:
 def favicon(request: HttpRequest) -> HttpResponse:
     """Browsers (and the admin's pages, which do not link one) ask for /favicon.ico: the static SVG."""
     return redirect(static("favicon.svg"), permanent=True)
+
+
+@require_GET
+@view_required
+def usage_page(request: HttpRequest) -> HttpResponse:
+    """What the LLM calls cost (lessonboard.llm.usage): per workspace, agent, purpose and model over a window,
+    and the latest calls. Read-only, like the other logs."""
+    from datetime import timedelta
+
+    from django.db.models import Avg, Count, Q, Sum
+    from django.utils import timezone
+
+    from lessonboard.models import LLMCall
+
+    try:
+        days = min(max(int(request.GET.get("days", "7")), 1), 90)
+    except ValueError:
+        days = 7
+    since = timezone.now() - timedelta(days=days)
+    calls = LLMCall.objects.filter(created_at__gte=since)
+    totals = dict(
+        calls=Count("id"),
+        prompt=Sum("prompt_tokens"),
+        completion=Sum("completion_tokens"),
+        estimated=Count("id", filter=Q(tokens_estimated=True)),
+        cost=Sum("cost"),
+        latency=Avg("latency_ms"),
+        failed=Count("id", filter=~Q(outcome__in=["ok", "truncated"])),
+    )
+    groups = [
+        (title, list(calls.values(*fields).annotate(**totals).order_by(*fields)[:100]))
+        for title, fields in (
+            ("By workspace and agent", ("workspace", "agent")),
+            ("By purpose and model", ("purpose", "model")),
+            ("By prompt version", ("prompt_name", "prompt_version")),
+        )
+    ]
+    context = {"days": days, "overall": calls.aggregate(**totals), "groups": groups, "latest": calls[:50]}
+    return render(request, "lessonboard/usage.html", context)

@@ -26,6 +26,7 @@ OUTPUT (verbatim shape):
 <tags>tag1, tag2, tag3</tags>"""
 
 MAX_TOKENS = 600  # chatcli's lesson call
+PROMPT_VERSION = "lesson-v1"  # recorded on every call (lessonboard.llm.usage); a new wording is a new version
 ATTEMPT_LIMIT = 1500
 OUTCOME_LIMIT = 800
 # Not in chatcli, which sends the whole task: a trigger's task may be megabytes (the WAL accepts up to

@@ -199,14 +199,24 @@ def run_attempt(job: Job, attempt: JobAttempt | None = None) -> str:
     clock = time.monotonic()
     if attempt is None:
         attempt = start_attempt(job, timezone.now())
+    from lessonboard.llm import usage
+
     try:
-        lesson = generation.generate(
-            task=job.task,
-            attempt=job.output,
-            outcome=job.outcome,
-            trigger=job.trigger,
-            timeout=settings.LESSONQ_JOB_TIMEOUT,
-        )
+        with usage.context(
+            purpose="lesson",
+            workspace=job.workspace.slug if job.workspace is not None else "",
+            agent=job.agent,
+            prompt="lesson",
+            version=generation.PROMPT_VERSION,
+            job_id=job.id,
+        ):
+            lesson = generation.generate(
+                task=job.task,
+                attempt=job.output,
+                outcome=job.outcome,
+                trigger=job.trigger,
+                timeout=settings.LESSONQ_JOB_TIMEOUT,
+            )
         outcome = Outcome("success", lesson=lesson) if lesson is not None else Outcome("skipped")
     except llm.LLMRateLimited as exc:
         # Not this job's fault: every call to the endpoint pauses, and this attempt does not count.

@@ -23,6 +23,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from lessonboard import breaker
 from lessonboard.llm import ratelimit
+from lessonboard.models import LLMCall
 from lessonboard.permissions import require_perm, view_required
 from lessonboard.timeouts import statement_timeout
 from lessonq import bulk, dlq, retention, root_cause
@@ -121,6 +122,7 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     context = {
         "job": job,
         "attempts": list(job.attempt_rows.all()),
+        "llm_calls": list(LLMCall.objects.filter(job_id=job.id)[:50]),
         "timeline": triage.timeline(job),
         "record": triage.record_info(job),
         "same_count": same_count,

@@ -585,11 +585,14 @@ def fuse_scores(
     return [(pk, fused[pk], detail[pk]) for pk in order]
 
 
-def hypothetical_lesson(task: str) -> str:
-    result = llm.chat(
-        [{"role": "system", "content": HYDE_SYSTEM}, {"role": "user", "content": f"TASK:\n{task}"}],
-        max_tokens=300,
-    )
+def hypothetical_lesson(task: str, *, workspace: str = "") -> str:
+    from lessonboard.llm import usage
+
+    with usage.context(purpose="hyde", workspace=workspace, prompt="hyde", version="hyde-v1"):
+        result = llm.chat(
+            [{"role": "system", "content": HYDE_SYSTEM}, {"role": "user", "content": f"TASK:\n{task}"}],
+            max_tokens=300,
+        )
     return parse_hyde(result.text)
 
 

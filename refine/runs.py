@@ -138,15 +138,20 @@ def execute_run(
         metrics.PASSES.labels(decision=record.decision, decided_by=record.decided_by or "none").inc()
         metrics.PASS_SECONDS.observe(record.latency_ms / 1000)
 
+    from lessonboard.llm import usage
+
     try:
-        result = run_passes(
-            task=run.task,
-            draft=run.original_draft,
-            refiner=refiner or Refiner(),
-            checker=cascade,
-            config=config,
-            on_pass=save_pass,
-        )
+        with usage.context(
+            purpose="refine", agent=run.agent, prompt="refine", version="refiner-v1", refine_run_id=run.pk
+        ):
+            result = run_passes(
+                task=run.task,
+                draft=run.original_draft,
+                refiner=refiner or Refiner(),
+                checker=cascade,
+                config=config,
+                on_pass=save_pass,
+            )
     except Exception as exc:
         # Not a refiner error (those stop the loop inside run_passes): a bug or a broken embedder
         # setting. Record it so the run does not sit in "running" until the sweep retries it forever;

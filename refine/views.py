@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from lessonboard.diff import side_by_side
+from lessonboard.models import LLMCall
 from lessonboard.permissions import needs_role, require_perm, view_required
 from refine import runs
 from refine.chart import similarity_chart
@@ -103,6 +104,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "passes": passes,
         "selected": selected,
         "chart": similarity_chart(passes) if passes else None,
+        "llm_calls": list(LLMCall.objects.filter(refine_run_id=run.pk)[:50]),
         "can_operate": request.user.has_perm("lessonboard.operate_queue"),
         "can_review": request.user.has_perm("lessonboard.review_memory"),
         # Proposing a pass as a lesson is allowed to operators too (``propose_lesson``); the page offers it.

@@ -206,8 +206,11 @@ def probe(*, now: datetime | None = None) -> str:
         return "error"
     if not claimed:
         return "open" if is_open() else "closed"
+    from lessonboard.llm import usage
+
     try:
-        llm.ping(timeout=settings.LLM_BREAKER_PROBE_TIMEOUT)
+        with usage.context(purpose="probe", prompt="ping", version="ping-v1"):
+            llm.ping(timeout=settings.LLM_BREAKER_PROBE_TIMEOUT)
     except llm.LLMRateLimited as exc:
         # Reachable, but a rate limit is no answer: the breaker stays open until a probe is answered.
         LLMBreaker.objects.filter(pk=key, state=BreakerState.HALF_OPEN).update(state=BreakerState.OPEN)

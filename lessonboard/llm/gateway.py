@@ -19,6 +19,7 @@ once with ``LLMUnreachable`` and callers wait instead of spending attempts (docs
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -208,13 +209,36 @@ def chat(
         except ValueError as exc:  # the client decodes the body itself: a garbled one surfaces as ValueError
             raise TransientLLMError(f"malformed chat response from provider: {exc}") from exc
 
-    response = _guarded(create, probe=probe)
+    from lessonboard.llm import usage as usage_log
+
+    started = time.monotonic()
     try:
+        response = _guarded(create, probe=probe)
         choice = response.choices[0]
         text = choice.message.content or ""
+    except LLMError as exc:
+        # Refused before the provider was asked (breaker open, pause on, no slot): no call to record.
+        if not isinstance(exc, LLMUnreachable | LLMSaturated | LLMNotConfigured) and not getattr(exc, "paused", False):
+            outcome = "rate_limited" if isinstance(exc, LLMRateLimited) else "error"
+            usage_log.record(
+                model=chosen, messages=messages, latency=time.monotonic() - started, outcome=outcome, error=exc.message
+            )
+        raise
     except (AttributeError, IndexError, TypeError) as exc:
+        usage_log.record(
+            model=chosen, messages=messages, latency=time.monotonic() - started, outcome="error", error=str(exc)
+        )
         raise TransientLLMError(f"malformed chat response from provider: {exc}") from exc
     usage = getattr(response, "usage", None)
+    finish = getattr(choice, "finish_reason", None)
+    usage_log.record(
+        model=getattr(response, "model", None) or chosen,
+        messages=messages,
+        text=text,
+        usage=usage,
+        latency=time.monotonic() - started,
+        outcome="truncated" if finish == "length" else "ok",
+    )
     return ChatResult(
         text=text,
         model=getattr(response, "model", None) or model,

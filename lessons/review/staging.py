@@ -79,14 +79,19 @@ def run_review(
     )
     actor = f"token:{token.name}" if token else (f"user:{user.get_username()}" if user else "review")
     store = WorkspaceStore(workspace, agent=agent, actor=actor)
+    from lessonboard.llm import usage
+
     try:
-        outcome = review_and_learn(
-            summary,
-            proposer=proposer or llm_proposer(workspace),
-            gate=gate or configured_gate(),
-            store=store,
-            record=lambda position, item: save_item(run, position, item),
-        )
+        with usage.context(
+            purpose="review", workspace=workspace.slug, agent=agent, prompt="propose", version=PROMPT_VERSION
+        ):
+            outcome = review_and_learn(
+                summary,
+                proposer=proposer or llm_proposer(workspace),
+                gate=gate or configured_gate(),
+                store=store,
+                record=lambda position, item: save_item(run, position, item),
+            )
     except ReviewPassError as exc:
         cause = exc.__cause__
         run.status = RunStatus.ERROR

@@ -56,10 +56,11 @@ def test_it_turns_a_good_answer_into_a_lesson_and_acks(queue_dir: Path, fake_ope
     )
 
 
-def test_a_lesson_job_is_eleven_statements(queue_dir: Path, fake_openai: Any) -> None:
+def test_a_lesson_job_is_twelve_statements(queue_dir: Path, fake_openai: Any) -> None:
     """The claim starts the attempt row, the success's job and attempt rows are one fenced statement,
-    and nothing is read back (docs/queue.md): a regression here costs every job a round trip. Eleven
-    with the job's workspace (read for the dedupe scope), beside the transaction's BEGIN and COMMIT."""
+    and nothing is read back (docs/queue.md): a regression here costs every job a round trip. Twelve
+    with the job's workspace (read for the dedupe scope) and the call's usage record (one INSERT,
+    lessonboard/llm/usage.py), beside the transaction's BEGIN and COMMIT."""
     fake_openai.script(Reply(text=LESSON))
     job_id = accepted()
     with CaptureQueriesContext(connection) as queries:
@@ -67,7 +68,7 @@ def test_a_lesson_job_is_eleven_statements(queue_dir: Path, fake_openai: Any) ->
     statements = [
         q["sql"] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))
     ]
-    assert len(statements) == 11, "\n".join(s[:60].replace("\n", " ") for s in statements)
+    assert len(statements) == 12, "\n".join(s[:60].replace("\n", " ") for s in statements)
     claim, finish = statements[1], statements[-1]
     assert "UPDATE queue_job" in claim and "INSERT INTO queue_jobattempt" in claim
     assert "UPDATE queue_job" in finish and "UPDATE queue_jobattempt" in finish
