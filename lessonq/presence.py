@@ -113,7 +113,10 @@ class NodeState:
     def adoption_text(self) -> str:
         if not self.adopted_by:
             return f"its {self.active_jobs} active job(s) wait for adoption" if self.active_jobs else "nothing to adopt"
-        return f"{self.adoptions_suffered} job(s) adopted by {self.adopted_by} (last at {_when(self.adopted_at)})"
+        return (
+            f"its jobs were adopted by {self.adopted_by} (last at {_when(self.adopted_at)};"
+            f" {self.adoptions_suffered} job(s) adopted from it in all)"
+        )
 
 
 def _when(moment: datetime | None) -> str:

@@ -83,12 +83,14 @@ def test_a_gone_node_is_named_with_whose_jobs_were_adopted_on_readyz_the_overvie
     nodes_check = body["checks"]["nodes"]
     assert nodes_check["advisory"] and not nodes_check["ok"]
     assert f"node {b.name} is gone" in nodes_check["detail"]
-    assert f"3 job(s) adopted by {a.queue}" in nodes_check["detail"]
+    assert f"its jobs were adopted by {a.queue}" in nodes_check["detail"]
+    assert "3 job(s) adopted from it in all" in nodes_check["detail"]
 
     page = client_as(alice).get("/").content.decode()
     card = page.split('id="nodes"')[1].split("</section>")[0]
     row_b = card.split(f'data-node="{b.name}"')[1].split("</tr>")[0]
-    assert row_b.startswith(' class="bad"') and "gone" in row_b and f"3 job(s) adopted by {a.queue}" in row_b
+    assert row_b.startswith(' class="bad"') and "gone" in row_b and f"its jobs were adopted by {a.queue}" in row_b
+    assert "3 job(s) adopted from it in all" in row_b
     row_a = card.split(f'data-node="{a.name}"')[1].split("</tr>")[0]
     assert row_a.startswith(' class="ok"') and "<td>3 job(s)</td>" in row_a  # the adoptions a made
 

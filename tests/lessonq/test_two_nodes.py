@@ -232,12 +232,12 @@ def test_two_nodes_one_killed_is_named_by_the_other_which_adopts_its_jobs_once(
 
     def a_names_b() -> str:
         detail = str(get_json(web_a.url + "/readyz")["checks"]["nodes"]["detail"])
-        return detail if f"node {b.name} is gone" in detail and f"adopted by {a.queue}" in detail else ""
+        return detail if f"node {b.name} is gone" in detail and f"its jobs were adopted by {a.queue}" in detail else ""
 
     detail = wait_for(a_names_b, timeout=60, interval=0.2, what="A's /readyz naming B and who adopted its jobs")
     named_after = (timezone.now() - killed_at).total_seconds()
     print(f"\nA's /readyz named B gone and adopted {named_after:.1f} s after the kill (lease 3 s, renewal 0.5 s)")
-    assert "job(s) adopted by" in detail
+    assert "job(s) adopted from it in all" in detail
 
     wait_for(
         lambda: Job.objects.filter(pk__in=ids, node=a.queue, state=JobState.SUCCEEDED).count() == 8,
@@ -275,7 +275,8 @@ def test_two_nodes_one_killed_is_named_by_the_other_which_adopts_its_jobs_once(
     settings.NODE_NAME, settings.LESSONQ_QUEUE = a.name, a.queue
     page = client_as(alice).get("/").content.decode()
     row_b = page.split(f'data-node="{b.name}"')[1].split("</tr>")[0]
-    assert row_b.startswith(' class="bad"') and f"8 job(s) adopted by {a.queue}" in row_b
+    assert row_b.startswith(' class="bad"') and f"its jobs were adopted by {a.queue}" in row_b
+    assert "8 job(s) adopted from it in all" in row_b
     row_a = page.split(f'data-node="{a.name}"')[1].split("</tr>")[0]
     assert row_a.startswith(' class="ok"') and "<td>8 job(s)</td>" in row_a
     ok, workers = dependencies._workers()
