@@ -248,13 +248,14 @@ def _analyse(query: str) -> tuple[list[tuple[str, tuple[str, ...]]], list[str]]:
     stems = " || ".join("to_tsvector(%s::regconfig, w)" for _ in configs)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT w, tsvector_to_array({stems}) FROM unnest(%s::text[]) WITH ORDINALITY AS u(w, n) ORDER BY n",  # noqa: S608
-            [*configs, words],
+            f"SELECT (SELECT json_agg(json_build_array(w, tsvector_to_array({stems})) ORDER BY n) "  # noqa: S608
+            "FROM unnest(%s::text[]) WITH ORDINALITY AS u(w, n)), lesson_code_terms(%s)",
+            [*configs, words, query],
         )
-        plain = [(w, tuple(sorted({w, *(lex or [])}))) for w, lex in cursor.fetchall()]
-        cursor.execute("SELECT lesson_code_terms(%s)", [query])
         row = cursor.fetchone()
-    return plain, list(row[0] or []) if row else []
+    stemmed, code = (row[0] or [], row[1] or []) if row else ([], [])
+    plain = [(w, tuple(sorted({w, *(lex or [])}))) for w, lex in stemmed]
+    return plain, list(code)
 
 
 def analyse_terms(
@@ -335,37 +336,32 @@ def text_branch_detail(
     if not terms:
         return []
     every = _tsquery(lex for t in terms for lex in t.lexemes)
-    scored = " + ".join("CASE WHEN lessons_lesson.term_vector @@ %s::tsquery THEN %s ELSE 0 END" for _ in terms)
-    score_params: list[Any] = []
-    for term in terms:
-        score_params += [_tsquery(term.lexemes), term.idf]
-    exact_terms = [t for t in terms if t.exact]
-    exact = " + ".join("CASE WHEN lessons_lesson.term_vector @@ %s::tsquery THEN %s ELSE 0 END" for _ in exact_terms)
-    exact_params: list[Any] = []
-    for term in exact_terms:
-        exact_params += [_tsquery(term.lexemes), term.idf]
+    # Which of the terms each candidate has (one match per term and row), scored here: the idf sum, the
+    # identifiers' share of it, and a tenth of ts_rank (how often and how densely) as the tie-breaker.
+    matches = "ARRAY[" + ", ".join("lessons_lesson.term_vector @@ %s::tsquery" for _ in terms) + "]"
     # order_by(): unordered, the bounded scan stops at the bound instead of sorting every match first.
     candidates = (
         base.extra(  # noqa: S610 - every value is a parameter
-            select={
-                "tscore": f"({scored}) + 0.1 * ts_rank(lessons_lesson.term_vector, %s::tsquery, 1)",
-                "texact": f"({exact or '0'})",
-            },
-            select_params=[*score_params, every, *exact_params],
+            select={"tmatch": matches, "trank": "ts_rank(lessons_lesson.term_vector, %s::tsquery, 1)"},
+            select_params=[*(_tsquery(t.lexemes) for t in terms), every],
             where=["lessons_lesson.term_vector @@ %s::tsquery"],
             params=[every],
         )
         .order_by()
-        .values_list("id", "tscore", "texact")[: settings.LESSONS_TEXT_CANDIDATES]
+        .values_list("id", "tmatch", "trank")[: settings.LESSONS_TEXT_CANDIDATES]
     )
     sql, params = candidates.query.sql_with_params()
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT c.id, c.tscore, c.texact FROM ({sql}) AS c ORDER BY c.tscore DESC, c.id DESC LIMIT %s",  # noqa: S608
-            [*params, depth],
-        )
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
-    return [(pk, float(score), float(exact)) for pk, score, exact in rows]
+    idf = [t.idf for t in terms]
+    exact = [t.idf if t.exact else 0.0 for t in terms]
+    scored = []
+    for pk, has, rank in rows:
+        score = sum(w for w, hit in zip(idf, has, strict=True) if hit) + 0.1 * float(rank)
+        scored.append((pk, score, sum(w for w, hit in zip(exact, has, strict=True) if hit)))
+    scored.sort(key=lambda row: (-row[1], -row[0]))
+    return scored[:depth]
 
 
 def rare_exact(text_rows: list[tuple[int, float, float]], min_idf: float) -> bool:
