@@ -364,9 +364,10 @@ CELERY_WORKER_MAX_MEMORY_PER_CHILD = 1024 * env.integer("LESSONBOARD_WORKER_MAX_
 REFINE_API_MAX_WAITERS = env.integer("LESSONBOARD_REFINE_API_MAX_WAITERS", 4, minimum=0)
 
 # --- bounded cost per request (docs/api.md#limits) ----------------------------------------------------------
-# PostgreSQL statement_timeout for the queries of each request class, in seconds (0 = none): a retrieve
-# call, a list page (lessons, queue tabs) and a search (the lessons page's ?q=, the queue's ?q=). A query
-# past it is cancelled and the request answers 503 naming the setting instead of holding a thread.
+# Database time the queries of one request of each class may take together, in seconds (0 = none): a
+# retrieve call, a list page (lessons, queue tabs) and a search (the lessons page's ?q=, the queue's ?q=).
+# Each statement runs under PostgreSQL's statement_timeout = what is left (lessonboard/timeouts.py); past
+# it the query is cancelled and the request answers 503 naming the setting instead of holding a thread.
 STATEMENT_TIMEOUT_RETRIEVE = env.duration("LESSONBOARD_STATEMENT_TIMEOUT_RETRIEVE", 2.0, minimum=0)
 STATEMENT_TIMEOUT_LIST = env.duration("LESSONBOARD_STATEMENT_TIMEOUT_LIST", 3.0, minimum=0)
 STATEMENT_TIMEOUT_SEARCH = env.duration("LESSONBOARD_STATEMENT_TIMEOUT_SEARCH", 2.0, minimum=0)

@@ -2,16 +2,20 @@
 or a search run under PostgreSQL's ``statement_timeout`` for that class, so one costly request answers a
 503 naming the limit instead of holding a web thread (and a database backend) for seconds.
 
-``with statement_timeout("retrieve"): …`` sets the timeout with ``SET LOCAL`` inside a transaction (a
-savepoint when one is already open), puts the previous value back when the block ends, and turns the
-cancellation into ``StatementTimeout``: an ``ApiError`` (503, JSON naming the setting) for the API, and a
+``with statement_timeout("retrieve"): …`` gives the block's queries one budget of database time: each
+runs under ``SET LOCAL statement_timeout`` = what the earlier ones left of it, inside a transaction (a savepoint when one is already
+open); the previous value comes back when the block ends. A cancelled query, or one due after the budget
+is spent, becomes ``StatementTimeout``: an ``ApiError`` (503, JSON naming the setting) for the API, and a
 friendly 503 page for the site (``StatementTimeoutMiddleware``).
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
@@ -58,20 +62,42 @@ def _cancelled(exc: BaseException) -> bool:
 
 @contextmanager
 def statement_timeout(request_class: str, *, using: str = "default") -> Iterator[None]:
-    """Run the block's queries under ``request_class``'s statement timeout (0 or less: none)."""
+    """Run the block's queries within ``request_class``'s budget of database time (0 or less: none). The
+    budget is for all the block's queries together, not each: every query runs under ``statement_timeout``
+    = what the earlier ones left, and a query due after the budget is spent is not sent at all. (Time
+    outside the database, such as embedding the query, does not count.)"""
     ms = timeout_ms(request_class)
     if ms <= 0 or connection.vendor != "postgresql":
         yield
         return
+    spent = [0.0]  # seconds the block's queries have taken so far
+    inside = threading.local()
+
+    def budget(execute: Any, sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
+        if getattr(inside, "busy", False):
+            return execute(sql, params, many, context)
+        left = ms - int(spent[0] * 1000)
+        if left <= 0:
+            raise StatementTimeout(request_class, ms)
+        inside.busy = True
+        try:
+            with context["connection"].cursor() as cur:
+                cur.execute("SELECT set_config('statement_timeout', %s, true)", [f"{left}ms"])
+        finally:
+            inside.busy = False
+        started = time.monotonic()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            spent[0] += time.monotonic() - started
+
     try:
         with transaction.atomic(using=using):
             with connection.cursor() as cur:
-                cur.execute(
-                    "SELECT current_setting('statement_timeout'), set_config('statement_timeout', %s, true)",
-                    [f"{ms}ms"],
-                )
+                cur.execute("SELECT current_setting('statement_timeout')")
                 previous = cur.fetchone()[0]
-            yield
+            with connection.execute_wrapper(budget):
+                yield
             # Inside an outer transaction the SET LOCAL would outlive the block: put the old value back.
             # (After an error the savepoint's rollback undoes it.)
             with connection.cursor() as cur:

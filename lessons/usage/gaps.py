@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 import numpy as np
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count, Max
 from django.urls import reverse
 from django.utils import timezone
 
@@ -130,10 +131,23 @@ def _load(data: dict[str, Any], *, workspace: str = "") -> GapGroup | None:
     )
 
 
-def refresh() -> int:
-    """Group the open gaps into the maintained row; the number of groups."""
+def _inputs() -> list[Any]:
+    """What the grouping depends on, cheaply: open gaps, the newest, how many have a vector, the settings."""
+    seen = Retrieval.objects.gaps().aggregate(n=Count("id"), last=Max("id"), embedded=Count("embedding"))
+    window, threshold = settings.LESSONS_GAP_WINDOW, settings.LESSONS_GAP_GROUP_SIMILARITY
+    return [seen["n"], seen["last"], seen["embedded"], window, threshold]
+
+
+def refresh(*, force: bool = False) -> int:
+    """Group the open gaps into the maintained row (skipped while its inputs are unchanged); the number of
+    groups."""
+    inputs = _inputs()
+    if not force:
+        data = DerivedState.read(SNAPSHOT)
+        if data and data.get("inputs") == inputs:
+            return len(data.get("groups", []))
     groups = compute_gap_groups()
-    DerivedState.write(SNAPSHOT, {"groups": [_dump(g) for g in groups]})
+    DerivedState.write(SNAPSHOT, {"groups": [_dump(g) for g in groups], "inputs": inputs})
     return len(groups)
 
 

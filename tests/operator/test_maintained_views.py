@@ -76,3 +76,31 @@ def test_dismissing_gaps_updates_the_maintained_groups_at_once(api, client_as, b
     response = client_as(bob).post("/lessons/gaps/dismiss", {"ids": ",".join(map(str, ids))})
     assert response.status_code == 302
     assert [g.ids for g in gaps.open_gap_groups()] == [[other]]  # no refresh needed
+
+
+def test_the_gaps_page_shows_the_biggest_groups_only(api, client_as, carol, monkeypatch):
+    from lessons.usage import views
+
+    monkeypatch.setattr(views, "PAGE_GROUPS", 2)
+    for task in ("first task", "first task", "second task", "third task"):
+        _gap(api, task)
+    gaps.refresh()
+    html = client_as(carol).get("/lessons/gaps/").content.decode()
+    assert html.count("data-gap-count=") == 2 and 'data-gap-count="2"' in html
+    assert 'id="gaps-more">1 smaller group not shown' in html
+
+
+def test_beats_refresh_regroups_only_when_the_gaps_changed(api, monkeypatch):
+    _gap(api, "rotate the TLS certificates")
+    assert gaps.refresh() == 1
+    calls: list[int] = []
+    compute = gaps.compute_gap_groups
+
+    def counted(**kwargs: Any) -> Any:
+        calls.append(1)
+        return compute(**kwargs)
+
+    monkeypatch.setattr(gaps, "compute_gap_groups", counted)
+    assert gaps.refresh() == 1 and calls == []  # unchanged inputs: the row stays, nothing is grouped
+    _gap(api, "translate the emails")
+    assert gaps.refresh() == 2 and calls == [1]
