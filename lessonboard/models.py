@@ -42,6 +42,7 @@ class TokenScope(models.TextChoices):
     INGEST = "ingest", "ingest: send Reflexion triggers only"
     FULL = "full", "full: every API endpoint"
     METRICS = "metrics", "metrics: read /metrics only (Prometheus)"
+    OPERATOR = "operator", "operator: the operator's actions (DLQ list, retry, purge, bulk, pause/resume)"
 
 
 class AgentTokenQuerySet(models.QuerySet["AgentToken"]):

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from lessonboard import api_views, metrics, operator_views, views
+from lessonboard import api_views, metrics, operator_api, operator_views, views
 from lessonboard.mcp import views as mcp_views
 
 urlpatterns = [
@@ -30,6 +30,12 @@ urlpatterns = [
     path("api/v1/whoami", api_views.whoami, name="api-whoami"),
     path("api/v1/workspaces", api_views.workspaces, name="api-workspaces"),
     path("api/v1/openapi.json", api_views.openapi_json, name="api-openapi"),
+    path("api/v1/operator/dlq", operator_api.dlq_list, name="api-operator-dlq"),
+    path("api/v1/operator/dlq/bulk", operator_api.dlq_bulk, name="api-operator-dlq-bulk"),
+    path("api/v1/operator/dlq/<str:job_id>/retry", operator_api.dlq_retry, name="api-operator-retry"),
+    path("api/v1/operator/dlq/<str:job_id>/purge", operator_api.dlq_purge, name="api-operator-purge"),
+    path("api/v1/operator/queues/<str:name>/pause", operator_api.queue_pause, name="api-operator-pause"),
+    path("api/v1/operator/queues/<str:name>/resume", operator_api.queue_resume, name="api-operator-resume"),
     path("mcp", mcp_views.mcp_endpoint, name="mcp"),
     path("", include("lessonboard.audit.urls")),
     path("", include("lessons.urls")),
