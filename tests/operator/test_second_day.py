@@ -97,3 +97,18 @@ def test_pausing_all_llm_work_holds_back_every_queue_and_survives_a_fresh_proces
 def test_an_unknown_queue_is_a_404_naming_the_field(client_as: Any, alice: Any) -> None:
     answer = client_as(alice).post("/queues/nope/pause")
     assert answer.status_code == 404 and answer.json()["field"] == "queue"
+
+
+# --- numbers that mean what they say ------------------------------------------------------------------
+def test_a_lessons_counts_say_access_count_and_served_by_retrieval(client_as: Any, carol: Any) -> None:
+    from lessons.store import persist_lesson
+
+    lesson = persist_lesson(
+        situation="editing a big file", mistake="rewrote it", correction="edit in place", tags=["edit"], trigger="error"
+    ).lesson
+    page = client_as(carol).get(f"/lessons/{lesson.pk}/").content.decode()
+    assert "access count 1" in page and "used 1×" not in page  # chatcli's count, not "used"
+    from django.template.loader import get_template
+
+    card = get_template("lessons/usage/_usage_card.html").render({"usage": {"served": 3}})
+    assert "Served by retrieval" in card
