@@ -97,7 +97,7 @@ def _job_filter(data: dict[str, Any]) -> Any:
     form = JobFilterForm({k: v for k, v in data.items() if k in FILTER_FIELDS})
     if not form.is_valid():
         field, errors = next(iter(form.errors.items()))
-        raise ApiError(f"'{field}': {' '.join(errors)}", field=field)
+        raise ApiError(f"'{field}': {' '.join(str(e) for e in errors)}", field=field)
     return form.job_filter()
 
 
