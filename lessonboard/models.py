@@ -322,3 +322,14 @@ class ScheduleRun(models.Model):
 
     def __str__(self) -> str:
         return self.task
+
+
+class QueueDepthSample(models.Model):
+    """The lesson queue's depth (jobs waiting or running), sampled every minute by beat
+    (``lessonboard.tasks.sample_queue_depth``): the Overview's depth chart shows each bucket's peak."""
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    depth = models.PositiveIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.depth} at {self.at:%Y-%m-%d %H:%M}"

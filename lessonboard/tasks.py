@@ -30,3 +30,22 @@ def probe_llm() -> str:
     from lessonboard import breaker
 
     return breaker.probe()
+
+
+DEPTH_SAMPLE_KEEP_DAYS = 8  # the Overview's longest window (7 d) and a day
+
+
+@shared_task(name="lessonboard.tasks.sample_queue_depth", ignore_result=True)
+def sample_queue_depth() -> int:
+    """Beat, every minute: how many lesson jobs wait or run now (a burst between two samples of the
+    hourly rebuild was invisible); samples older than the longest chart window are deleted."""
+    from datetime import timedelta
+
+    from lessonboard.models import QueueDepthSample
+    from lessonq.models import ACTIVE, Job
+
+    now = timezone.now()
+    depth = Job.objects.filter(state__in=ACTIVE).count()
+    QueueDepthSample.objects.create(at=now, depth=depth)
+    QueueDepthSample.objects.filter(at__lt=now - timedelta(days=DEPTH_SAMPLE_KEEP_DAYS)).delete()
+    return depth

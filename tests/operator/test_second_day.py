@@ -112,3 +112,31 @@ def test_a_lessons_counts_say_access_count_and_served_by_retrieval(client_as: An
 
     card = get_template("lessons/usage/_usage_card.html").render({"usage": {"served": 3}})
     assert "Served by retrieval" in card
+
+
+# --- the queue-depth chart from per-minute samples ----------------------------------------------------------
+def test_the_depth_chart_keeps_a_bursts_peak_from_the_minute_samples(jobs: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from lessonboard import charts
+    from lessonboard.models import QueueDepthSample
+    from lessonboard.tasks import sample_queue_depth
+    from lessonq.models import JobState
+
+    jobs(state=JobState.PENDING)
+    jobs(state=JobState.RETRY_WAIT)
+    jobs()  # dead: not waiting
+    assert sample_queue_depth() == 2
+    now = timezone.now()
+    # A burst three hours ago that peaked at 28 between two hourly points, long drained since.
+    for minutes, depth in ((185, 3), (184, 28), (183, 12)):
+        QueueDepthSample.objects.create(at=now - timedelta(minutes=minutes), depth=depth)
+    QueueDepthSample.objects.create(at=now - timedelta(days=9), depth=99)  # older than any window
+    sample_queue_depth()
+    assert not QueueDepthSample.objects.filter(depth=99).exists()  # the sampler keeps 8 days
+    depth = charts.collect("24h", now=now).depth
+    assert depth.peak == 28
+    values = [bar.value for bar in depth.bars]
+    assert values.count(28) == 1 and values[-1] == 2  # the burst's bucket, and now
