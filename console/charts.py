@@ -8,6 +8,7 @@ across the window; the top error groups. Each series is one GROUP BY query on an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -120,6 +121,23 @@ def line_chart(title: str, css: str, values: list[int], samples: list[datetime])
     )
 
 
+def depth_peaks(samples: list[datetime]) -> list[int]:
+    """Each point's peak: the highest per-minute sample (``QueueDepthSample``) in the bucket that ends at
+    it, and at least the depth rebuilt at that instant (a fresh install has no samples yet)."""
+    from lessonboard.models import QueueDepthSample
+
+    rebuilt = queue_depth(samples)
+    if len(samples) < 2:
+        return rebuilt
+    span = (samples[1] - samples[0]).total_seconds()
+    peaks = list(rebuilt)
+    rows = QueueDepthSample.objects.filter(at__gt=samples[0] - (samples[1] - samples[0]), at__lte=samples[-1])
+    for at, depth in rows.values_list("at", "depth"):
+        i = min(max(math.ceil((at - samples[0]).total_seconds() / span), 0), len(samples) - 1)
+        peaks[i] = max(peaks[i], depth)
+    return peaks
+
+
 def queue_depth(samples: list[datetime]) -> list[int]:
     """Jobs waiting or running at each sample time, rebuilt from enqueue and finish times in one query
     (the queue keeps no depth history of its own)."""
@@ -170,7 +188,7 @@ def _collect(window: str, now: datetime) -> Charts:
     bars = [bar_chart(title, css, hourly(qs, field, buckets), buckets) for title, css, qs, field in series]
     span = WINDOWS[window] / DEPTH_SAMPLES
     samples = [now - span * (DEPTH_SAMPLES - 1 - i) for i in range(DEPTH_SAMPLES)]
-    depth = line_chart("Queue depth (waiting or running)", "depth", queue_depth(samples), samples)
+    depth = line_chart("Queue depth (waiting or running), peak per point", "depth", depth_peaks(samples), samples)
     groups = triage.error_groups(limit=5)
     widest = max((g.total for g in groups), default=0)
     top = [{"group": g, "percent": round(100 * g.total / widest) if widest else 0} for g in groups]

@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from console import operator_views, views
+from console import operator_api, operator_views, views
 from console.mcp import views as mcp_views
 
 urlpatterns = [
@@ -17,6 +17,12 @@ urlpatterns = [
     path("inbox/", views.inbox_page, name="inbox"),
     path("inbox/act", views.inbox_act, name="inbox-act"),
     path("settings/quality", views.quality_settings, name="quality-settings"),
+    path("api/v1/operator/dlq", operator_api.dlq_list, name="api-operator-dlq"),
+    path("api/v1/operator/dlq/bulk", operator_api.dlq_bulk, name="api-operator-dlq-bulk"),
+    path("api/v1/operator/dlq/<str:job_id>/retry", operator_api.dlq_retry, name="api-operator-retry"),
+    path("api/v1/operator/dlq/<str:job_id>/purge", operator_api.dlq_purge, name="api-operator-purge"),
+    path("api/v1/operator/queues/<str:name>/pause", operator_api.queue_pause, name="api-operator-pause"),
+    path("api/v1/operator/queues/<str:name>/resume", operator_api.queue_resume, name="api-operator-resume"),
     path("mcp", mcp_views.mcp_endpoint, name="mcp"),
     path("", include("console.audit.urls")),
 ]

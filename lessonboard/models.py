@@ -43,6 +43,7 @@ class TokenScope(models.TextChoices):
     INGEST = "ingest", "ingest: send Reflexion triggers only"
     FULL = "full", "full: every API endpoint"
     METRICS = "metrics", "metrics: read /metrics only (Prometheus)"
+    OPERATOR = "operator", "operator: the operator's actions (DLQ list, retry, purge, bulk, pause/resume)"
 
 
 class AgentTokenQuerySet(models.QuerySet["AgentToken"]):
@@ -385,3 +386,14 @@ class LLMCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.purpose} {self.model} {self.outcome}"
+
+
+class QueueDepthSample(models.Model):
+    """The lesson queue's depth (jobs waiting or running), sampled every minute by beat
+    (``lessonq.tasks.sample_queue_depth``): the Overview's depth chart shows each bucket's peak."""
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    depth = models.PositiveIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.depth} at {self.at:%Y-%m-%d %H:%M}"

@@ -295,6 +295,7 @@ CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULER = "lessonq.leader:LeaderScheduler"
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "worker-heartbeat": {"task": "lessonboard.tasks.heartbeat", "schedule": 30.0},
+    "queue-depth-sample": {"task": "lessonq.tasks.sample_queue_depth", "schedule": 60.0},
 }
 # The queues every node's worker consumes; `serve` and the docs build the -Q list from this.
 WORKER_QUEUES = ["default", "embed", "llm", f"lessonq.{NODE_NAME}"]

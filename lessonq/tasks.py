@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
+from lessonboard.models import QueueDepthSample
 from lessonq import dlq, processing, reconcile
 from lessonq.dispatch import PROCESS_JOB
+from lessonq.models import ACTIVE, Job
 
 # A hard backstop above the per-job timeout (which bounds the LLM call): a child stuck past it is
 # killed, the message redelivered and the lost attempt counted by the next claim.
@@ -53,3 +58,16 @@ def purge_dead(job_id: str) -> str:
 
 # DLQ triage: register its tasks with the worker (autodiscovery imports this module only).
 from lessonq import bulk, retention  # noqa: E402,F401
+
+DEPTH_SAMPLE_KEEP_DAYS = 8  # the Overview's longest window (7 d) and a day
+
+
+@shared_task(name="lessonq.tasks.sample_queue_depth", ignore_result=True)
+def sample_queue_depth() -> int:
+    """Beat, every minute: how many lesson jobs wait or run now (a burst between two samples of the
+    hourly rebuild was invisible); samples older than the longest chart window are deleted."""
+    now = timezone.now()
+    depth = Job.objects.filter(state__in=ACTIVE).count()
+    QueueDepthSample.objects.create(at=now, depth=depth)
+    QueueDepthSample.objects.filter(at__lt=now - timedelta(days=DEPTH_SAMPLE_KEEP_DAYS)).delete()
+    return depth

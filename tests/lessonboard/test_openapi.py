@@ -100,7 +100,7 @@ def test_the_document_is_valid_openapi_3_1() -> None:
         for method, operation in methods.items():
             assert method in ("get", "post")
             operation_ids.append(operation["operationId"])
-            assert operation["security"] == [{"bearer": []}] and operation["x-scope"] in ("ingest", "full")
+            assert operation["security"] == [{"bearer": []}] and operation["x-scope"] in ("ingest", "full", "operator")
             params = {p["name"] for p in operation.get("parameters", ()) if p["in"] == "path"}
             assert params == declared, (path, method)
             assert {"400", "401", "403", "503"} <= set(operation["responses"]), (path, method)

@@ -123,8 +123,9 @@ def test_an_api_endpoint_refuses_no_token_a_session_and_a_token_without_its_scop
     session = Client()
     session.force_login(UserFactory(username="probe-admin", role=ADMIN))
     weaker = {
-        TokenScope.FULL: [TokenScope.INGEST, TokenScope.METRICS],
-        TokenScope.INGEST: [TokenScope.METRICS],
+        TokenScope.FULL: [TokenScope.INGEST, TokenScope.METRICS, TokenScope.OPERATOR],
+        TokenScope.INGEST: [TokenScope.METRICS, TokenScope.OPERATOR],
+        TokenScope.OPERATOR: [TokenScope.INGEST, TokenScope.METRICS],
     }[TokenScope(endpoint.scope)]
     tokens = [issue_token(f"probe-{scope}", [scope]).plaintext for scope in weaker]
     for method in METHODS:

@@ -97,3 +97,46 @@ def test_pausing_all_llm_work_holds_back_every_queue_and_survives_a_fresh_proces
 def test_an_unknown_queue_is_a_404_naming_the_field(client_as: Any, alice: Any) -> None:
     answer = client_as(alice).post("/queues/nope/pause")
     assert answer.status_code == 404 and answer.json()["field"] == "queue"
+
+
+# --- numbers that mean what they say ------------------------------------------------------------------
+def test_a_lessons_counts_say_access_count_and_served_by_retrieval(client_as: Any, carol: Any) -> None:
+    from lessons.store import persist_lesson
+
+    lesson = persist_lesson(
+        situation="editing a big file", mistake="rewrote it", correction="edit in place", tags=["edit"], trigger="error"
+    ).lesson
+    page = client_as(carol).get(f"/lessons/{lesson.pk}/").content.decode()
+    assert "access count 1" in page and "used 1×" not in page  # chatcli's count, not "used"
+    from django.template.loader import get_template
+
+    card = get_template("lessons/usage/_usage_card.html").render({"usage": {"served": 3}})
+    assert "Served by retrieval" in card
+
+
+# --- the queue-depth chart from per-minute samples ----------------------------------------------------------
+def test_the_depth_chart_keeps_a_bursts_peak_from_the_minute_samples(jobs: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from lessonboard import charts
+    from lessonboard.models import QueueDepthSample
+    from lessonq.models import JobState
+    from lessonq.tasks import sample_queue_depth
+
+    jobs(state=JobState.PENDING)
+    jobs(state=JobState.RETRY_WAIT)
+    jobs()  # dead: not waiting
+    assert sample_queue_depth() == 2
+    now = timezone.now()
+    # A burst three hours ago that peaked at 28 between two hourly points, long drained since.
+    for minutes, depth in ((185, 3), (184, 28), (183, 12)):
+        QueueDepthSample.objects.create(at=now - timedelta(minutes=minutes), depth=depth)
+    QueueDepthSample.objects.create(at=now - timedelta(days=9), depth=99)  # older than any window
+    sample_queue_depth()
+    assert not QueueDepthSample.objects.filter(depth=99).exists()  # the sampler keeps 8 days
+    depth = charts.collect("24h", now=now).depth
+    assert depth.peak == 28
+    values = [bar.value for bar in depth.bars]
+    assert values.count(28) == 1 and values[-1] == 2  # the burst's bucket, and now

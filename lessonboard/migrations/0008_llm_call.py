@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('lessonboard', '0005_llm_rate_limit'),
+        ('lessonboard', '0007_queue_pause_schedule_run'),
     ]
 
     operations = [
