@@ -104,7 +104,8 @@ async def retrieve_lessons(
         "Report how a task went. When the result shows a failure (an error, a failing check, a low "
         "quality score in metadata), lessonboard queues it durably and a worker turns it into a lesson. "
         "Returns `status`: `accepted` (queued, with `job_id`), `deduped` (the same report is already "
-        "queued) or `no_trigger` (nothing to learn from)."
+        "queued), `reinforced` (learnt before: its lesson counted this occurrence) or `no_trigger` "
+        "(nothing to learn from)."
     )
 )
 async def report_result(

@@ -1,4 +1,4 @@
-"""Every action that changes data leaves an AuditEvent (docs/security.md#audit).
+"""Every action that changes data leaves an AuditEvent (docs/security.md#audit-log).
 
 The lists are generated: every URL name from the URL configuration, every management command of the
 project's apps, every admin action of every registered ModelAdmin. Each must be classified here — read
