@@ -102,3 +102,12 @@ def test_the_workspace_filter_is_applied_inside_the_full_text_index_scan() -> No
     index_cond = [line for line in plan.splitlines() if "Index Cond" in line]
     assert any("workspace_id" in line and "term_vector" in line for line in index_cond), plan
     assert terms and [pk for pk, _ in retrieval.text_branch("ENOSPC", base, 5)]
+
+
+def test_the_tags_branch_compares_at_most_the_configured_number_of_candidate_tags(settings) -> None:
+    go = persist_lesson(situation="a", mistake="b", correction="c", tags=["golang"], trigger="error").lesson
+    k8s = persist_lesson(situation="d", mistake="e", correction="f", tags=["kubernetes"], trigger="error").lesson
+    base = Lesson.objects.active()
+    assert {pk for pk, _ in retrieval.tag_branch("golang service on kubernetes", base, 5)} == {go.pk, k8s.pk}
+    settings.LESSONS_TAG_MAX_CANDIDATES = 1  # the task's first word only
+    assert [pk for pk, _ in retrieval.tag_branch("golang service on kubernetes", base, 5)] == [go.pk]
