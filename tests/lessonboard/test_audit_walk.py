@@ -25,8 +25,8 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from lessonboard.models import AgentToken, AuditEvent, Workspace
 from lessonboard.roles import ADMIN
 from lessonboard.tokens import issue_token
-from tests.conftest import ApiClient
 from tests.factories import UserFactory, WorkspaceFactory
+from tests.support.clients import ApiClient
 
 pytestmark = pytest.mark.django_db
 

@@ -246,7 +246,7 @@ def test_a_bound_token_cannot_read_or_change_another_workspace(endpoint: Endpoin
 
 
 def test_a_bound_token_sees_only_its_workspace_in_lists_and_its_own_objects(two_workspaces: Any) -> None:
-    from tests.conftest import ApiClient
+    from tests.support.clients import ApiClient
 
     client = ApiClient(issue_token("bound-a", ["full"], workspaces=["ws-a"]).plaintext)
     assert [w["slug"] for w in client.get("/api/v1/workspaces").json()["workspaces"]] == ["ws-a"]

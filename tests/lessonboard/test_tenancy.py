@@ -14,9 +14,9 @@ from lessonq import processing
 from lessonq.ingest import LessonRequest
 from lessonq.models import Job
 from lessons.models import Lesson
-from tests.conftest import ApiClient
 from tests.factories import WorkspaceFactory
 from tests.fakes.openai_server import Reply
+from tests.support.clients import ApiClient
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from lessonq.ingest import LessonRequest, enqueue
 from lessonq.models import Job, JobState
 from lessons.models import Lesson
 from tests.fakes.openai_server import Reply
-from tests.lessonq.conftest import LESSON
+from tests.support.queue import LESSON
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]

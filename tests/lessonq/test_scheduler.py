@@ -18,8 +18,8 @@ from lessonboard.models import BreakerState, LLMBreaker
 from lessonq.ingest import LessonRequest, enqueue
 from lessonq.models import Job, JobState, LeaderLease, Outbox
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
-from tests.lessonq.conftest import LESSON
 from tests.support.processes import CeleryWorker, ManagedProcess, subprocess_env
+from tests.support.queue import LESSON
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]

@@ -28,9 +28,9 @@ from lessonq.jobid import job_id as make_job_id
 from lessonq.models import Job, JobAttempt, JobState, NodeAdoption, NodeLease
 from lessonq.wal import Wal, WalJob
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
-from tests.lessonq.conftest import LESSON
 from tests.lessonq.test_failover import assert_one_lesson_each
 from tests.support.processes import CeleryWorker, Gunicorn, subprocess_env
+from tests.support.queue import LESSON
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]

@@ -12,7 +12,7 @@ from lessonboard import pauses
 from lessonboard.models import AuditEvent, QueuePause
 from lessonq.models import Job, JobState
 from lessonq.triage.models import BulkAction
-from tests.conftest import ApiClient
+from tests.support.clients import ApiClient
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from lessonboard import pauses
 from lessonboard.models import AuditEvent, QueuePause
 from lessonq.models import Job, JobState
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.lessonq.conftest import LESSON
 from tests.support.processes import CeleryWorker, subprocess_env
+from tests.support.queue import LESSON
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]

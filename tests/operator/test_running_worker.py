@@ -13,8 +13,8 @@ import pytest
 from lessonboard.models import AuditEvent, ScheduleRun
 from lessonq.models import AttemptOutcome, Job, JobAttempt, JobState
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
-from tests.lessonq.conftest import LESSON
 from tests.support.processes import CeleryWorker, subprocess_env
+from tests.support.queue import LESSON
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
