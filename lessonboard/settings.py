@@ -566,8 +566,8 @@ LESSONS_EMBEDDING_DIMENSIONS = env.integer(
 LESSONS_EMBEDDING_BATCH = env.integer("LESSONBOARD_EMBEDDING_BATCH", 64, minimum=1)
 # Reciprocal-rank fusion: weight / (k + rank) per branch over each branch's top N. Default weights measured
 # on tests/data/retrieval_eval.jsonl (bench/bench_retrieval_eval.py): full text as a tie-breaker, tags off.
-# HyDE for every retrieve call that does not say "hyde" itself (needs an LLM; without one the query is
-# embedded as is, and the answer's explanation says so).
+# HyDE for retrieve calls (needs an LLM; without one the query is embedded as is, and the answer's
+# explanation says so). A request's "hyde": false turns it off; "hyde": true cannot turn it on.
 LESSONS_HYDE = env.flag("LESSONBOARD_RETRIEVAL_HYDE", False)
 LESSONS_RRF_K = env.integer("LESSONBOARD_RETRIEVAL_RRF_K", 60, minimum=1)
 LESSONS_RRF_DEPTH = env.integer("LESSONBOARD_RETRIEVAL_DEPTH", int(_MODEL_DEFAULTS["depth"]), minimum=1)
