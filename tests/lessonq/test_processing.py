@@ -60,8 +60,11 @@ def test_a_lesson_job_is_eleven_statements(queue_dir: Path, fake_openai: Any) ->
     """The claim starts the attempt row, the success's job and attempt rows are one fenced statement,
     and nothing is read back (docs/queue.md): a regression here costs every job a round trip. Eleven
     with the job's workspace (read for the dedupe scope), beside the transaction's BEGIN and COMMIT."""
+    from lessonboard import pauses
+
     fake_openai.script(Reply(text=LESSON))
     job_id = accepted()
+    pauses.current()  # the queue pauses are read once per process every 2 s, not per job
     with CaptureQueriesContext(connection) as queries:
         assert processing.process(job_id) == "success"
     statements = [
