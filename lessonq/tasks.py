@@ -26,6 +26,9 @@ def process_job(job_id: str) -> str:
 @shared_task(name="lessonq.tasks.sweep", ignore_result=True)
 def sweep() -> dict[str, int]:
     """This node's sweep (runs on ``lessonq.<node>``, next to the WAL)."""
+    from lessonboard import pauses
+
+    pauses.forget()  # a sweep sent by a resume must not see this process's cached pause
     return reconcile.sweep().as_dict()
 
 

@@ -61,8 +61,11 @@ def test_a_lesson_job_is_twelve_statements(queue_dir: Path, fake_openai: Any) ->
     and nothing is read back (docs/queue.md): a regression here costs every job a round trip. Twelve
     with the job's workspace (read for the dedupe scope) and the call's usage record (one INSERT,
     lessonboard/llm/usage.py), beside the transaction's BEGIN and COMMIT."""
+    from lessonboard import pauses
+
     fake_openai.script(Reply(text=LESSON))
     job_id = accepted()
+    pauses.current()  # the queue pauses are read once per process every 2 s, not per job
     with CaptureQueriesContext(connection) as queries:
         assert processing.process(job_id) == "success"
     statements = [
