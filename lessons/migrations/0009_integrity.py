@@ -4,25 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('lessons', '0008_embedding_dimensions'),
+        ("lessons", "0008_embedding_dimensions"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='lesson',
-            name='last_seen',
+            model_name="lesson",
+            name="last_seen",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='lesson',
-            name='occurrences',
+            model_name="lesson",
+            name="occurrences",
             field=models.PositiveIntegerField(default=1),
         ),
         migrations.AddField(
-            model_name='proposal',
-            name='agent_score',
-            field=models.FloatField(blank=True, help_text="The proposing agent's own confidence: advisory, shown, not gated on.", null=True),
+            model_name="proposal",
+            name="agent_score",
+            field=models.FloatField(
+                blank=True, help_text="The proposing agent's own confidence: advisory, shown, not gated on.", null=True
+            ),
         ),
     ]

@@ -6,31 +6,44 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('lessonboard', '0004_llm_breaker'),
-        ('refine', '0003_refinepass_plural'),
+        ("lessonboard", "0004_llm_breaker"),
+        ("refine", "0003_refinepass_plural"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='agentrefinemode',
-            name='workspace',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='lessonboard.workspace'),
+            model_name="agentrefinemode",
+            name="workspace",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="+",
+                to="lessonboard.workspace",
+            ),
         ),
         migrations.AddField(
-            model_name='refinerun',
-            name='workspace',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='lessonboard.workspace'),
+            model_name="refinerun",
+            name="workspace",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="lessonboard.workspace",
+            ),
         ),
         migrations.AlterField(
-            model_name='agentrefinemode',
-            name='agent',
+            model_name="agentrefinemode",
+            name="agent",
             field=models.CharField(max_length=200),
         ),
         migrations.AddConstraint(
-            model_name='agentrefinemode',
-            constraint=models.UniqueConstraint(fields=('workspace', 'agent'), name='refine_mode_unique_agent', nulls_distinct=False),
+            model_name="agentrefinemode",
+            constraint=models.UniqueConstraint(
+                fields=("workspace", "agent"), name="refine_mode_unique_agent", nulls_distinct=False
+            ),
         ),
     ]
