@@ -67,6 +67,11 @@ class RetrieveBody(RequestModel):
     tags: Tags | None = None
 
 
+class GetLessonBody(RequestModel):
+    id: Annotated[int, Field(ge=1), Says("'id' must be a positive integer lesson id")]
+    history: bool = Field(False, description="also every version: action, actor, reason, snapshot")
+
+
 class OutcomeBody(RequestModel):
     retrieval_id: Annotated[int, Field(ge=1), Says("'retrieval_id' must be a positive integer id")]
     success: Annotated[bool, Says("'success' must be true or false")]
@@ -115,6 +120,21 @@ class Retrieval(ResponseModel):
     memory_block: str
     reason: str | None
     explanation: dict[str, Any]
+
+
+class LessonVersionOut(ResponseModel):
+    number: int
+    action: str
+    actor: str
+    reason: str
+    source_job_id: str | None
+    created_at: str
+    snapshot: dict[str, Any]
+
+
+class LessonWithHistory(ResponseModel):
+    lesson: LessonOut
+    versions: list[LessonVersionOut] | None = Field(None, description='with "history": true, newest first')
 
 
 class OutcomeRecorded(ResponseModel):
@@ -250,6 +270,43 @@ def retrieve(request: HttpRequest) -> JsonResponse:
             "explanation": {key: value for key, value in result.explanation.items() if key != "query"},
         }
     )
+
+
+@api_view(
+    TokenScope.FULL,
+    describe=Described(
+        "Get a lesson and, optionally, its version history",
+        body=(GetLessonBody,),
+        responses={200: LessonWithHistory},
+        errors=(404,),
+    ),
+)
+def get_lesson(request: HttpRequest) -> JsonResponse:
+    """``{id, history}`` → ``{lesson, versions}``. A token bound to workspaces sees only the lessons of those
+    workspaces: any other lesson (another workspace's, or one of no workspace) is 404, as a missing one is."""
+    body = validated(GetLessonBody, json_body(request, max_bytes=8 * 1024))
+    token: AgentToken = request.agent_token  # type: ignore[attr-defined]
+    lesson = Lesson.objects.select_related("workspace").filter(pk=body.id).first()
+    visible = lesson is not None and (
+        not token.workspaces or (lesson.workspace is not None and token.may_name(lesson.workspace.slug))
+    )
+    if lesson is None or not visible:
+        raise ApiError(f"no lesson {body.id}", status=404, field="id")
+    answer: dict[str, Any] = {"lesson": lesson_json(lesson), "versions": None}
+    if body.history:
+        answer["versions"] = [
+            {
+                "number": v.number,
+                "action": v.action,
+                "actor": v.actor,
+                "reason": v.reason,
+                "source_job_id": v.source_job_id,
+                "created_at": v.created_at.isoformat(),
+                "snapshot": v.snapshot,
+            }
+            for v in lesson.versions.order_by("-number")
+        ]
+    return JsonResponse(answer)
 
 
 @api_view(

@@ -40,7 +40,8 @@ task and put the returned memory_block into your context. After a task, call rep
 happened and the retrieval_id retrieve_lessons gave (an error or a poor result becomes a lesson for next
 time); when there is nothing to report but how it went, call report_outcome with that retrieval_id,
 success and a note, so lessonboard learns which lessons help. To change long-term memory directly, call
-propose_memory: the workspace's gates apply it, reject it, or hold it for a person to approve."""
+propose_memory: the workspace's gates apply it, reject it, or hold it for a person to approve. To read one
+lesson (by the id retrieve_lessons gave) and its versions, call get_lesson."""
 
 server: MCPServer[Any] = MCPServer(
     name="lessonboard",
@@ -97,6 +98,19 @@ async def retrieve_lessons(
     ] = None,
 ) -> dict[str, Any]:
     return await _call("lessons.api_views.retrieve", TokenScope.FULL, {"task": task, "k": k, "workspace": workspace})
+
+
+@server.tool(
+    description=(
+        "Read one lesson by its id (as retrieve_lessons returns it) and, with history=true, every version "
+        "of it: who or what changed it, why, and the lesson's fields after the change."
+    )
+)
+async def get_lesson(
+    id: Annotated[int, Field(description="The lesson's id.", ge=1)],
+    history: Annotated[bool, Field(description="Also return every version, newest first.")] = False,
+) -> dict[str, Any]:
+    return await _call("lessons.api_views.get_lesson", TokenScope.FULL, {"id": id, "history": history})
 
 
 @server.tool(

@@ -341,3 +341,26 @@ def test_the_stdio_bridge_says_what_is_wrong_with_its_arguments() -> None:
     )
     assert done.returncode != 0
     assert "--url must be an http(s) URL" in done.stderr
+
+
+def test_it_gets_a_lesson_and_its_history_through_the_sdk_client(web: Gunicorn, agent_token: Any) -> None:
+    lesson = persist_lesson(
+        situation="rotating the staging database password",
+        mistake="the app kept the old one in its pool",
+        correction="restart the pool after rotating",
+        tags=["secrets"],
+        trigger="manual",
+    ).lesson
+
+    async def body(session: ClientSession) -> Any:
+        return await session.call_tool("get_lesson", {"id": lesson.pk, "history": True})
+
+    answer = structured(run(web.url, agent_token("harness", "full"), body))
+    assert answer["lesson"]["id"] == lesson.pk
+    assert [v["action"] for v in answer["versions"]] == ["create"]
+
+    async def missing(session: ClientSession) -> Any:
+        return await session.call_tool("get_lesson", {"id": 10**9})
+
+    refused = run(web.url, agent_token("harness", "full"), missing)
+    assert refused.is_error and "argument: id" in refused.content[0].text

@@ -95,8 +95,7 @@ def test_it_retrieves_lessons_with_chatclis_memory_block_and_reinforces_by_use(a
         {
             "situation": "resolving merge conflicts",
             "mistake": "left markers",
-            "correction": "grep for <<<<<<< before committing",
-            "tags": ["git"],
+            "correction": "grep for             "tags": ["git"],
             "trigger": "error",
             "workspace": "shop",
         },
@@ -155,6 +154,7 @@ def test_the_server_wide_hyde_switch_applies_unless_the_request_says(api, settin
     assert len(fake_openai.chat_requests()) == 1
 
 
+<<<<<<< HEAD
 def test_a_requests_hyde_is_refused_while_the_server_has_it_off(api, settings, fake_openai):
     """HyDE costs an LLM call inside the web request: only the server may turn it on (docs/api.md#limits)."""
     fake_openai.script("a hypothetical lesson that must not be asked for")
@@ -162,3 +162,32 @@ def test_a_requests_hyde_is_refused_while_the_server_has_it_off(api, settings, f
     body = api.post("/api/v1/lessons/retrieve", {"task": "bulk API calls get 429", "hyde": True}).json()
     assert body["explanation"]["hyde"] == {"refused": "LESSONBOARD_RETRIEVAL_HYDE is off on this server"}
     assert fake_openai.chat_requests() == []
+
+
+def test_it_gets_a_lesson_with_its_history_and_hides_other_workspaces_from_a_bound_token(api):
+    from lessonboard.tokens import issue_token
+    from lessons.store import persist_lesson
+    from tests.factories import WorkspaceFactory
+
+    mine, theirs = WorkspaceFactory(slug="mine"), WorkspaceFactory(slug="theirs")
+    own = persist_lesson(
+        situation="a", mistake="b", correction="c", tags=["x"], trigger="manual", workspace=mine
+    ).lesson
+    other = persist_lesson(
+        situation="d", mistake="e", correction="f", tags=["y"], trigger="manual", workspace=theirs
+    ).lesson
+    Lesson.objects.filter(pk=own.pk).update(status="archived")
+    from lessons.models import LessonVersion
+
+    LessonVersion.objects.create(lesson=own, number=2, action="archive", snapshot={}, actor="user:ann", reason="old")
+    body = api.post("/api/v1/lessons/get", {"id": own.pk, "history": True}).json()
+    assert body["lesson"]["id"] == own.pk and body["lesson"]["status"] == "archived"
+    assert [(v["number"], v["action"]) for v in body["versions"]] == [(2, "archive"), (1, "create")]
+    assert api.post("/api/v1/lessons/get", {"id": own.pk}).json()["versions"] is None
+    bound = ApiClient(issue_token("bound", ["full"], workspaces=["mine"]).plaintext)
+    assert bound.post("/api/v1/lessons/get", {"id": own.pk}).status_code == 200
+    hidden = bound.post("/api/v1/lessons/get", {"id": other.pk})
+    assert hidden.status_code == 404 and hidden.json()["field"] == "id"
+    assert api.post("/api/v1/lessons/get", {"id": 10**9}).status_code == 404
+    bad = api.post("/api/v1/lessons/get", {"id": "seven"})
+    assert bad.status_code == 400 and bad.json()["field"] == "id"
