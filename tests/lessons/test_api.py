@@ -95,7 +95,8 @@ def test_it_retrieves_lessons_with_chatclis_memory_block_and_reinforces_by_use(a
         {
             "situation": "resolving merge conflicts",
             "mistake": "left markers",
-            "correction": "grep for             "tags": ["git"],
+            "correction": "grep for <<<<<<< before committing",
+            "tags": ["git"],
             "trigger": "error",
             "workspace": "shop",
         },
@@ -154,7 +155,6 @@ def test_the_server_wide_hyde_switch_applies_unless_the_request_says(api, settin
     assert len(fake_openai.chat_requests()) == 1
 
 
-<<<<<<< HEAD
 def test_a_requests_hyde_is_refused_while_the_server_has_it_off(api, settings, fake_openai):
     """HyDE costs an LLM call inside the web request: only the server may turn it on (docs/api.md#limits)."""
     fake_openai.script("a hypothetical lesson that must not be asked for")
