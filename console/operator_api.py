@@ -92,6 +92,19 @@ class PauseState(ResponseModel):
     changed: bool
 
 
+def _deployment_wide(request: HttpRequest) -> None:
+    """Operator actions reach every workspace's jobs and queues: a token bound to workspaces may not use them
+    (403 naming ``token``; docs/api.md#operator-api)."""
+    token = request.agent_token  # type: ignore[attr-defined]
+    if token.workspaces:
+        raise ApiError(
+            "operator actions cover every workspace; this token is bound to workspace(s) "
+            f"{', '.join(token.workspaces)} and may not use them",
+            status=403,
+            field="token",
+        )
+
+
 def _actor(request: HttpRequest) -> str:
     return f"token:{request.agent_token.name}"  # type: ignore[attr-defined]
 
@@ -132,7 +145,7 @@ def _row(job: Any) -> dict[str, Any]:
     ),
 )
 def dlq_list(request: HttpRequest) -> JsonResponse:
-
+    _deployment_wide(request)
     query = validated(DlqQuery, request.GET.dict())
     flt = _job_filter(query.model_dump())
     page = triage.keyset(
@@ -145,7 +158,7 @@ def dlq_list(request: HttpRequest) -> JsonResponse:
 
 
 def _dlq_action(request: HttpRequest, job_id: str, action: str) -> JsonResponse:
-
+    _deployment_wide(request)
     body = validated(ReasonBody, json_body(request))
     job = Job.objects.filter(pk=job_id.lower()).first()
     if job is None:
@@ -194,7 +207,7 @@ def dlq_purge(request: HttpRequest, job_id: str) -> JsonResponse:
     ),
 )
 def dlq_bulk(request: HttpRequest) -> JsonResponse:
-
+    _deployment_wide(request)
     body = validated(BulkBody, json_body(request))
     if body.kind not in BulkKind.values:
         raise ApiError(f"'kind' must be one of {', '.join(BulkKind.values)}", field="kind")
@@ -231,6 +244,7 @@ QUEUE_PATH = {"name": {"type": "string", "enum": list(pauses.QUEUES)}}
 
 
 def _pause_or_resume(request: HttpRequest, name: str, *, pause: bool) -> JsonResponse:
+    _deployment_wide(request)
     body = validated(ReasonBody, json_body(request)) if pause else None  # the body first, then the path
     if name not in pauses.QUEUES:
         raise ApiError(f"no queue {name!r} (one of {', '.join(pauses.QUEUES)})", status=404, field="name")

@@ -28,6 +28,12 @@ class LessonboardConfig(AppConfig):
         post_delete.connect(forget_changed, sender=AgentToken, dispatch_uid="lessonboard.forget_deleted_token")
         post_save.connect(forget_changed, sender=AgentToken, dispatch_uid="lessonboard.forget_saved_token")
 
+        from lessonboard import metrics
+        from lessonboard.llm.gauges import LLMBreakerCollector
+
+        if not any(isinstance(c, LLMBreakerCollector) for c in metrics.EXTRA_COLLECTORS):
+            metrics.EXTRA_COLLECTORS.append(LLMBreakerCollector())
+
         from lessonboard import schedules
 
         schedules.connect()  # the Schedules page's last-run record, kept by the workers that run beat's tasks

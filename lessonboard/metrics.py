@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Iterator
 
 from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest, multiprocess
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.registry import Collector
 
@@ -55,43 +52,6 @@ LLM_RATE_LIMITS = Counter(
 EXTRA_COLLECTORS: list[Collector] = []
 
 
-class LLMBreakerCollector(Collector):
-    """``lessonboard_llm_breaker_open`` (1 while the LLM is unreachable) and how long it has been, read
-    from the shared breaker row at scrape time so every process reports the same thing."""
-
-    def collect(self) -> Iterator[Metric]:
-        from django.utils import timezone
-
-        from lessonboard import breaker
-
-        outage = breaker.outage()
-        yield GaugeMetricFamily(
-            "lessonboard_llm_breaker_open",
-            "1 while the LLM breaker is open (work that needs it waits).",
-            value=int(outage is not None),
-        )
-        seconds = (timezone.now() - outage.since).total_seconds() if outage is not None else 0.0
-        yield GaugeMetricFamily(
-            "lessonboard_llm_unreachable_seconds",
-            "How long the LLM has been unreachable (0 when reachable).",
-            value=seconds,
-        )
-        from lessonboard.llm import ratelimit
-
-        now = timezone.now()
-        pause = ratelimit.current(now=now)
-        yield GaugeMetricFamily(
-            "lessonboard_llm_rate_limited",
-            "1 while the LLM's rate limit pauses every call (work that needs it waits).",
-            value=int(pause is not None),
-        )
-        yield GaugeMetricFamily(
-            "lessonboard_llm_rate_limited_seconds",
-            "How long the LLM has been rate-limiting without an answer in between (0 when not).",
-            value=(now - pause.since).total_seconds() if pause is not None else 0.0,
-        )
-
-
 def registry() -> CollectorRegistry:
     reg = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -101,7 +61,6 @@ def registry() -> CollectorRegistry:
 
         return REGISTRY
     PlatformCollector(registry=reg)
-    reg.register(LLMBreakerCollector())
     for collector in EXTRA_COLLECTORS:
         reg.register(collector)
     return reg

@@ -310,7 +310,7 @@ def analyse_terms(
 
 
 def text_terms(query: str, *, keep_rarest: bool = True, workspace: str = "") -> tuple[list[str], list[str]]:
-    """(lexemes searched, lexemes of the common terms left out) for the full-text branch; in a workspace,
+    """(lexemes searched, the task's words left out as too common) for the full-text branch; in a workspace,
     what counts as common comes from that workspace's own statistics."""
     terms, left_out = analyse_terms(query, keep_rarest=keep_rarest, workspace=workspace)
     searched = sorted({lex for t in terms for lex in t.lexemes})

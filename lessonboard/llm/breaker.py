@@ -20,12 +20,15 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from lessonboard.llm import usage
+from lessonboard.llm.errors import LLMError, LLMRateLimited
 from lessonboard.metrics import LLM_BREAKER_RECOVERIES, LLM_BREAKER_TRIPS
 from lessonboard.models import BreakerState, LLMBreaker
 
@@ -188,12 +191,19 @@ def _reset(key: str, now: datetime) -> bool:
     return bool(row and row[0])
 
 
+# The probe's call and the configured check, handed in by the gateway when it loads (it calls the breaker,
+# so the breaker does not import it back).
+_probe_call: dict[str, Callable[..., Any]] = {}
+
+
+def use_for_probes(*, ping: Callable[..., Any], is_configured: Callable[[], bool]) -> None:
+    _probe_call.update(ping=ping, is_configured=is_configured)
+
+
 def probe(*, now: datetime | None = None) -> str:
     """Half-open probe, when one is due: one small chat call. Only one process probes at a time."""
-    from lessonboard import llm
-
     key = endpoint()
-    if not key or not llm.is_configured():
+    if not key or not _probe_call or not _probe_call["is_configured"]():
         return "not configured"
     now = now or timezone.now()
     interval = timedelta(seconds=settings.LLM_BREAKER_PROBE_INTERVAL)
@@ -206,17 +216,15 @@ def probe(*, now: datetime | None = None) -> str:
         return "error"
     if not claimed:
         return "open" if is_open() else "closed"
-    from lessonboard.llm import usage
-
     try:
         with usage.context(purpose="probe", prompt="ping", version="ping-v1"):
-            llm.ping(timeout=settings.LLM_BREAKER_PROBE_TIMEOUT)
-    except llm.LLMRateLimited as exc:
+            _probe_call["ping"](timeout=settings.LLM_BREAKER_PROBE_TIMEOUT)
+    except LLMRateLimited as exc:
         # Reachable, but a rate limit is no answer: the breaker stays open until a probe is answered.
         LLMBreaker.objects.filter(pk=key, state=BreakerState.HALF_OPEN).update(state=BreakerState.OPEN)
         log.info("llm breaker: probe rate-limited, still open: %s", exc.message)
         return "open"
-    except llm.LLMError as exc:
+    except LLMError as exc:
         if exc.outage:
             LLMBreaker.objects.filter(pk=key, state=BreakerState.HALF_OPEN).update(state=BreakerState.OPEN)
             log.info("llm breaker: probe failed, still open: %s", exc.message)

@@ -27,57 +27,20 @@ from typing import Any, TypeVar
 import openai
 from django.conf import settings
 
+from lessonboard.llm import breaker, limiter, ratelimit
+from lessonboard.llm import usage as usage_log
+from lessonboard.llm.errors import (
+    LLMError,
+    LLMNotConfigured,
+    LLMRateLimited,
+    LLMSaturated,
+    LLMUnreachable,
+    PermanentLLMError,
+    TransientLLMError,
+)
+
 TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
 T = TypeVar("T")
-
-
-class LLMError(Exception):
-    """Base class; ``message`` is the provider's (or our) explanation, ``status`` the HTTP status if any."""
-
-    transient = False
-
-    def __init__(self, message: str, *, status: int | None = None, outage: bool = False) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        # The endpoint is down or failing for every request (not this request's fault): feeds the breaker.
-        self.outage = outage
-
-
-class TransientLLMError(LLMError):
-    transient = True
-
-
-class PermanentLLMError(LLMError):
-    pass
-
-
-class LLMNotConfigured(PermanentLLMError):
-    pass
-
-
-class LLMUnreachable(TransientLLMError):
-    """The breaker is open: the call was not made. Work that needs the LLM waits for it to close."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, outage=True)
-
-
-class LLMRateLimited(TransientLLMError):
-    """The provider said slow down (429, or 503 with ``Retry-After``), or a pause it asked for is still on
-    and the call was not made (``paused``). ``retry_after``: seconds until calls may go again."""
-
-    def __init__(
-        self, message: str, *, status: int | None = None, retry_after: float | None = None, paused: bool = False
-    ) -> None:
-        super().__init__(message, status=status)
-        self.retry_after = retry_after
-        self.paused = paused
-
-
-class LLMSaturated(TransientLLMError):
-    """Every one of the node's call slots for the model is taken (``lessonboard.llm.limiter``) and the
-    caller could wait no longer (a web request does not wait at all): the call was not made."""
 
 
 @dataclass(frozen=True)
@@ -108,8 +71,6 @@ def unavailable_reason() -> str:
     """Why work that needs the LLM must wait now ("" when it may run): none configured, or an outage."""
     if not is_configured():
         return status_text()
-    from lessonboard.llm import breaker
-
     outage = breaker.outage()
     return outage.text if outage is not None else ""
 
@@ -120,8 +81,6 @@ def availability() -> tuple[str, Any]:
     if not is_configured():
         return status_text(), None
     from django.utils import timezone
-
-    from lessonboard.llm import breaker, ratelimit
 
     row = breaker.gate()
     if row is None:
@@ -137,8 +96,6 @@ def _guarded(call: Callable[[], T], *, probe: bool = False) -> T:
     """Run one provider call through the breaker and the rate limit: refuse it while the breaker is open
     (unless it is the probe) or a rate-limit pause is on, count outage errors, pause on a rate limit, and
     reset the count (and lift a pause) on any answer."""
-    from lessonboard.llm import breaker, ratelimit
-
     if not probe:
         row = breaker.gate()
         if row is not None and row.state in breaker.OPEN_STATES and not breaker.claim_trial():
@@ -194,8 +151,6 @@ def chat(
     chosen = model
 
     def create() -> Any:
-        from lessonboard.llm import limiter
-
         try:
             with limiter.slot(chosen):  # one of the node's LLM_CONCURRENCY slots for the call's length
                 return api.chat.completions.create(
@@ -208,8 +163,6 @@ def chat(
             raise classify(exc) from exc
         except ValueError as exc:  # the client decodes the body itself: a garbled one surfaces as ValueError
             raise TransientLLMError(f"malformed chat response from provider: {exc}") from exc
-
-    from lessonboard.llm import usage as usage_log
 
     started = time.monotonic()
     try:
@@ -285,8 +238,6 @@ def classify(exc: BaseException) -> LLMError:
     if isinstance(exc, openai.APIConnectionError):
         return TransientLLMError(f"cannot reach the LLM endpoint: {exc}", outage=True)
     if isinstance(exc, openai.APIStatusError):
-        from lessonboard.llm import ratelimit
-
         status = exc.status_code
         message = _provider_message(exc)
         named = ratelimit.wait_named(getattr(exc.response, "headers", None))
@@ -313,3 +264,7 @@ def _provider_message(exc: openai.APIStatusError) -> str:
         if isinstance(inner, str):
             return inner
     return exc.message
+
+
+# The breaker's half-open probe is one small chat call through this gateway (``breaker.probe``).
+breaker.use_for_probes(ping=ping, is_configured=is_configured)

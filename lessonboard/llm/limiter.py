@@ -22,7 +22,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from lessonboard.llm.gateway import LLMSaturated
+from lessonboard.llm.errors import LLMSaturated
 
 
 class NoWait:

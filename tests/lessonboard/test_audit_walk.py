@@ -41,6 +41,7 @@ READ_ONLY_URLS = {
     "refine:runs", "refine:run", "refine:api-run",
     "reflect:workspaces", "reflect:workspace", "reflect:api-manifest", "reflect:api-prompts",
     "reviews:queue", "reviews:decisions", "reviews:proposal", "reviews:api-memory",
+    "lessons:api-get", "api-operator-dlq", "running-now", "schedules", "usage", "favicon",
 }  # fmt: skip
 # Records that are their own log, written at agent volume: the row carries who (token), what and when.
 OWN_RECORD_URLS = {
@@ -74,6 +75,14 @@ AUDITED_ELSEWHERE = {
     "reviews:approve": "tests/review/test_views.py: review.approve",
     "reviews:reject": "tests/review/test_views.py: review.reject",
     "reviews:undo": "tests/review/test_views.py: review.undo",
+    "queue-pause": "tests/operator/test_second_day.py: queue.pause",
+    "queue-resume": "lessonboard/pauses.py resume records queue.resume",
+    "job-cancel": "tests/operator/test_running_worker.py: queue.cancel",
+    "api-operator-retry": "tests/operator/test_operator_api.py: queue.dlq_retry",
+    "api-operator-purge": "tests/operator/test_operator_api.py: queue.dlq_purge",
+    "api-operator-dlq-bulk": "tests/operator/test_operator_api.py: queue.bulk_start",
+    "api-operator-pause": "tests/operator/test_operator_api.py: queue.pause",
+    "api-operator-resume": "lessonboard/pauses.py resume records queue.resume",
 }
 
 

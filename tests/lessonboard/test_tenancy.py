@@ -347,5 +347,5 @@ def test_common_terms_come_from_the_workspaces_own_lessons(settings: Any) -> Non
         _, left_out_a = retrieval.text_terms("kubernetes invoice", workspace="ws-a")
     finally:
         retrieval.reset_term_stats()
-    assert "kubernet" in left_out_b and "invoic" not in left_out_b
-    assert "invoic" in left_out_a and "kubernet" not in left_out_a
+    assert "kubernetes" in left_out_b and "invoice" not in left_out_b  # the task's words, as the explanation says
+    assert "invoice" in left_out_a and "kubernetes" not in left_out_a

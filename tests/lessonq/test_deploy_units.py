@@ -44,7 +44,7 @@ def test_every_unit_shares_one_metrics_directory_per_host_and_cleans_only_dead_p
         found = settings_of(unit)
         assert found["RuntimeDirectory"] == ["lessonboard/metrics"], unit.name
         assert found["RuntimeDirectoryPreserve"] == ["yes"], unit.name  # a stop must not delete the others' files
-        assert found["Environment"] == ["PROMETHEUS_MULTIPROC_DIR=/run/lessonboard/metrics"], unit.name
+        assert found["Environment"][0] == "PROMETHEUS_MULTIPROC_DIR=/run/lessonboard/metrics", unit.name
         assert found["ExecStartPre"] == [
             "/srv/lessonboard/.venv/bin/python -m lessonboard.multiproc /run/lessonboard/metrics"
         ], unit.name

@@ -101,3 +101,17 @@ def test_the_openapi_document_describes_the_operator_api(ops: ApiClient, api: Ap
         "/api/v1/operator/queues/{name}/resume",
     } <= set(paths)
     assert paths["/api/v1/operator/dlq/bulk"]["post"]["x-scope"] == "operator"
+
+
+def test_a_token_bound_to_workspaces_may_not_use_the_deployment_wide_operator_api() -> None:
+    from lessonboard.models import TokenScope
+    from lessonboard.tokens import issue_token
+
+    bound = ApiClient(issue_token("ops-a", [TokenScope.OPERATOR], workspaces=["ws-a"]).plaintext)
+    for answer in (
+        bound.get("/api/v1/operator/dlq", {"workspace": "ws-b"}),
+        bound.post("/api/v1/operator/queues/llm/pause", {"reason": "x"}),
+        bound.post("/api/v1/operator/dlq/bulk", {"kind": "purge", "filter": {}}),
+    ):
+        assert answer.status_code == 403 and answer.json()["field"] == "token", answer.content
+    assert not QueuePause.objects.exists()

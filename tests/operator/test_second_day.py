@@ -120,7 +120,7 @@ def test_the_depth_chart_keeps_a_bursts_peak_from_the_minute_samples(jobs: Any) 
 
     from django.utils import timezone
 
-    from lessonboard import charts
+    from console import charts
     from lessonboard.models import QueueDepthSample
     from lessonq.models import JobState
     from lessonq.tasks import sample_queue_depth
