@@ -6,7 +6,7 @@ from lessonboard.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 
-PUBLIC = {"healthz", "readyz", "metrics", "login", "mcp"}  # mcp: bearer tokens, 401 JSON
+PUBLIC = {"healthz", "readyz", "metrics", "login", "mcp", "favicon"}  # mcp: bearer tokens, 401 JSON; favicon: the icon
 
 
 def _page_urls(resolver=None, prefix=""):
