@@ -2,27 +2,27 @@
 
 from django.urls import include, path
 
-from console import operator_api, operator_views, views
+from console import api, controls, views
 from console.mcp import views as mcp_views
 
 urlpatterns = [
     path("", views.overview_page, name="overview"),
     path("workers/ping", views.ping_workers, name="ping-workers"),
     path("overview/charts", views.overview_charts, name="overview-charts"),
-    path("queues/<str:name>/pause", operator_views.queue_pause, name="queue-pause"),
-    path("queues/<str:name>/resume", operator_views.queue_resume, name="queue-resume"),
-    path("running/", operator_views.running_now, name="running-now"),
-    path("running/<str:job_id>/cancel", operator_views.job_cancel, name="job-cancel"),
-    path("schedules/", operator_views.schedules_page, name="schedules"),
+    path("queues/<str:name>/pause", controls.queue_pause, name="queue-pause"),
+    path("queues/<str:name>/resume", controls.queue_resume, name="queue-resume"),
+    path("running/", controls.running_now, name="running-now"),
+    path("running/<str:job_id>/cancel", controls.job_cancel, name="job-cancel"),
+    path("schedules/", controls.schedules_page, name="schedules"),
     path("inbox/", views.inbox_page, name="inbox"),
     path("inbox/act", views.inbox_act, name="inbox-act"),
     path("settings/quality", views.quality_settings, name="quality-settings"),
-    path("api/v1/operator/dlq", operator_api.dlq_list, name="api-operator-dlq"),
-    path("api/v1/operator/dlq/bulk", operator_api.dlq_bulk, name="api-operator-dlq-bulk"),
-    path("api/v1/operator/dlq/<str:job_id>/retry", operator_api.dlq_retry, name="api-operator-retry"),
-    path("api/v1/operator/dlq/<str:job_id>/purge", operator_api.dlq_purge, name="api-operator-purge"),
-    path("api/v1/operator/queues/<str:name>/pause", operator_api.queue_pause, name="api-operator-pause"),
-    path("api/v1/operator/queues/<str:name>/resume", operator_api.queue_resume, name="api-operator-resume"),
+    path("api/v1/operator/dlq", api.dlq_list, name="api-operator-dlq"),
+    path("api/v1/operator/dlq/bulk", api.dlq_bulk, name="api-operator-dlq-bulk"),
+    path("api/v1/operator/dlq/<str:job_id>/retry", api.dlq_retry, name="api-operator-retry"),
+    path("api/v1/operator/dlq/<str:job_id>/purge", api.dlq_purge, name="api-operator-purge"),
+    path("api/v1/operator/queues/<str:name>/pause", api.queue_pause, name="api-operator-pause"),
+    path("api/v1/operator/queues/<str:name>/resume", api.queue_resume, name="api-operator-resume"),
     path("mcp", mcp_views.mcp_endpoint, name="mcp"),
     path("", include("console.audit.urls")),
 ]

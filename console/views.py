@@ -7,8 +7,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from console import charts, firstrun, inbox, quality
-from lessonboard import breaker, dependencies, llm, overview, pauses
+from console import charts, dependencies, firstrun, inbox, quality
+from lessonboard import breaker, llm, overview, pauses
 from lessonboard.llm import ratelimit
 from lessonboard.models import AuditEvent, WorkerHeartbeat
 from lessonboard.permissions import needs_role, require_perm, view_required

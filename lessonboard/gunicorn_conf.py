@@ -17,10 +17,12 @@ def child_exit(server: Any, worker: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
-    # The node's web says it is alive in the node's lease row, from every web worker (docs/operations.md#nodes).
-    from lessonq.presence import WebPresence
+    # What the apps start in every web worker, e.g. the node's web saying it is alive in the node's lease row
+    # (lessonq.presence, docs/operations.md#nodes). The application is loaded by now, so the apps are ready.
+    from lessonboard.lifecycle import WEB_WORKER_STARTED
 
-    WebPresence().start()
+    for hook in WEB_WORKER_STARTED:
+        hook()
 
 
 # gthread: each worker process serves LESSONBOARD_WEB_THREADS requests at once, so a slow request (a

@@ -24,7 +24,14 @@ class QueueConfig(AppConfig):
         if not any(isinstance(c, NodeCollector) for c in project_metrics.EXTRA_COLLECTORS):
             project_metrics.EXTRA_COLLECTORS.append(NodeCollector())
         from lessonboard import health
+        from lessonboard.lifecycle import WEB_WORKER_STARTED
         from lessonq import leader, presence
+
+        def start_web_presence() -> None:
+            presence.WebPresence().start()
+
+        if not any(getattr(h, "__qualname__", "").endswith("start_web_presence") for h in WEB_WORKER_STARTED):
+            WEB_WORKER_STARTED.append(start_web_presence)
 
         # /readyz (advisory, "degraded"): a node that is gone and who adopted its jobs; no scheduler.
         health.ADVISORY.setdefault("nodes", presence.check_nodes)

@@ -16,7 +16,8 @@ from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
-from lessonboard import dependencies, multiproc
+from console import dependencies
+from lessonboard import multiproc
 from lessonboard.models import BreakerState, LLMBreaker
 from lessonq import leader, presence
 from lessonq.failover import Keeper, acquire, adopt, adopt_expired

@@ -22,7 +22,7 @@ import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from lessonboard import dependencies
+from console import dependencies
 from lessonq import gojson
 from lessonq.jobid import job_id as make_job_id
 from lessonq.models import Job, JobAttempt, JobState, NodeAdoption, NodeLease

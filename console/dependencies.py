@@ -22,6 +22,7 @@ from django.utils.dateparse import parse_datetime
 from lessonboard import health, llm
 from lessonboard.models import WorkerHeartbeat
 from lessonboard.overview import WORKER_FRESH
+from lessonq import leader, presence
 
 STATES_KEY = "lessonboard:dependencies"
 STATES_TTL = 10  # seconds
@@ -72,8 +73,6 @@ def probe_llm() -> tuple[bool, str]:
 
 def _workers() -> tuple[bool, str]:
     """From the nodes' own leases (each node's worker renews its own): never "down" while one works."""
-    from lessonq import presence
-
     states = presence.nodes()
     alive = [s.name for s in states if s.worker_live]
     gone = [f"{s.name} gone since {s.expires_at.astimezone(UTC):%H:%M:%S} UTC" for s in states if s.gone]
@@ -92,8 +91,6 @@ def _workers() -> tuple[bool, str]:
 
 def _beat() -> tuple[bool, str]:
     """The scheduler's leader lease (``lessonq.leader``): beat runs on every node, one of them leads."""
-    from lessonq import leader
-
     return leader.check_scheduler()
 
 
