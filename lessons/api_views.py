@@ -11,6 +11,7 @@ from pydantic import Field
 
 from lessonboard.api import ApiError, Described, api_view, check_workspace, json_body, named_workspace
 from lessonboard.models import AgentToken, AuditEvent, TokenScope, Workspace
+from lessonboard.pagination import keyset_page
 from lessonboard.schemas import AgentName, OptionalSlug, RequestModel, ResponseModel, Says, Tags, validated
 from lessonboard.timeouts import statement_timeout
 from lessons import retrieval
@@ -70,6 +71,17 @@ class RetrieveBody(RequestModel):
 class GetLessonBody(RequestModel):
     id: Annotated[int, Field(ge=1), Says("'id' must be a positive integer lesson id")]
     history: bool = Field(False, description="also every version: action, actor, reason, snapshot")
+
+
+class ListLessonsBody(RequestModel):
+    workspace: OptionalSlug | None = Field(None, description="required for a token bound to workspaces")
+    status: Annotated[
+        Literal["active", "archived", "superseded", "any"], Says("'status' must be active, archived, superseded or any")
+    ] = "active"
+    tags: Tags | None = Field(None, description="lessons having all of these tags")
+    agent: AgentName | None = None
+    cursor: Annotated[str, Field(max_length=200)] | None = Field(None, description="next_cursor of the page before")
+    limit: Annotated[int, Field(ge=1, le=200), Says("'limit' must be an integer from 1 to 200")] = 50
 
 
 class OutcomeBody(RequestModel):
@@ -135,6 +147,11 @@ class LessonVersionOut(ResponseModel):
 class LessonWithHistory(ResponseModel):
     lesson: LessonOut
     versions: list[LessonVersionOut] | None = Field(None, description='with "history": true, newest first')
+
+
+class LessonPage(ResponseModel):
+    lessons: list[LessonOut]
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null on the last one")
 
 
 class OutcomeRecorded(ResponseModel):
@@ -307,6 +324,30 @@ def get_lesson(request: HttpRequest) -> JsonResponse:
             for v in lesson.versions.order_by("-number")
         ]
     return JsonResponse(answer)
+
+
+@api_view(
+    TokenScope.FULL,
+    describe=Described(
+        "List lessons, newest first, a page at a time", body=(ListLessonsBody,), responses={200: LessonPage}
+    ),
+)
+def list_lessons(request: HttpRequest) -> JsonResponse:
+    """``{workspace, status, tags, agent, cursor, limit}`` → ``{lessons, next_cursor}`` (keyset pages on
+    ``created_at``, ``id``). A token bound to workspaces must name one of them, as on retrieve."""
+    body = validated(ListLessonsBody, json_body(request, max_bytes=16 * 1024))
+    token: AgentToken = request.agent_token  # type: ignore[attr-defined]
+    slug = body.workspace or ""
+    if slug:
+        check_workspace(token, slug)
+    elif token.workspaces:
+        raise ApiError("'workspace' is required for a token bound to workspaces", field="workspace")
+    tags = [t.strip().lower() for t in body.tags or [] if t.strip()]
+    status = "" if body.status == "any" else body.status
+    filters = retrieval.Filters(workspace=slug, tags=tags, agent=body.agent or "", status=status)
+    queryset = filters.apply(Lesson.objects.select_related("workspace"))
+    page = keyset_page(queryset, cursor=body.cursor, size=body.limit, time_field="created_at")
+    return JsonResponse({"lessons": [lesson_json(lesson) for lesson in page.rows], "next_cursor": page.next_cursor})
 
 
 @api_view(

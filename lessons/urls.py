@@ -9,6 +9,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("api/v1/lessons", api_views.create_lesson, name="api-create"),
     path("api/v1/lessons/retrieve", api_views.retrieve, name="api-retrieve"),
     path("api/v1/lessons/get", api_views.get_lesson, name="api-get"),
+    path("api/v1/lessons/list", api_views.list_lessons, name="api-list"),
     path("api/v1/outcomes", api_views.outcome, name="api-outcome"),
     path("lessons/", views.search_page, name="search"),
     path("lessons/new", views.create_page, name="create"),

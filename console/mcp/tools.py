@@ -41,7 +41,8 @@ happened and the retrieval_id retrieve_lessons gave (an error or a poor result b
 time); when there is nothing to report but how it went, call report_outcome with that retrieval_id,
 success and a note, so lessonboard learns which lessons help. To change long-term memory directly, call
 propose_memory: the workspace's gates apply it, reject it, or hold it for a person to approve. To read one
-lesson (by the id retrieve_lessons gave) and its versions, call get_lesson."""
+lesson (by the id retrieve_lessons gave) and its versions, call get_lesson; to page through a workspace's
+lessons, list_lessons."""
 
 server: MCPServer[Any] = MCPServer(
     name="lessonboard",
@@ -111,6 +112,24 @@ async def get_lesson(
     history: Annotated[bool, Field(description="Also return every version, newest first.")] = False,
 ) -> dict[str, Any]:
     return await _call("lessons.api_views.get_lesson", TokenScope.FULL, {"id": id, "history": history})
+
+
+@server.tool(
+    description=(
+        "List lessons newest first, a page at a time: filter by workspace, status (active, archived, "
+        "superseded or any), tags and agent; pass the returned next_cursor as cursor for the next page."
+    )
+)
+async def list_lessons(
+    workspace: Annotated[str | None, Field(description="Only this workspace (project slug).")] = None,
+    status: Annotated[str, Field(description="active (default), archived, superseded or any.")] = "active",
+    tags: Annotated[list[str] | None, Field(description="Only lessons having all of these tags.")] = None,
+    agent: Annotated[str | None, Field(description="Only lessons learned by this agent.")] = None,
+    cursor: Annotated[str | None, Field(description="next_cursor of the previous page.")] = None,
+    limit: Annotated[int, Field(description="Lessons per page (1-200).", ge=1, le=200)] = 50,
+) -> dict[str, Any]:
+    data = {"workspace": workspace, "status": status, "tags": tags, "agent": agent, "cursor": cursor, "limit": limit}
+    return await _call("lessons.api_views.list_lessons", TokenScope.FULL, data)
 
 
 @server.tool(

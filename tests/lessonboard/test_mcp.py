@@ -364,3 +364,19 @@ def test_it_gets_a_lesson_and_its_history_through_the_sdk_client(web: Gunicorn, 
 
     refused = run(web.url, agent_token("harness", "full"), missing)
     assert refused.is_error and "argument: id" in refused.content[0].text
+
+
+def test_it_lists_lessons_through_the_sdk_client(web: Gunicorn, agent_token: Any) -> None:
+    lesson = persist_lesson(
+        situation="tagging a release in the mono repo",
+        mistake="tagged the wrong commit",
+        correction="tag the merge commit of the release branch",
+        tags=["release"],
+        trigger="manual",
+    ).lesson
+
+    async def body(session: ClientSession) -> Any:
+        return await session.call_tool("list_lessons", {"tags": ["release"], "limit": 10})
+
+    answer = structured(run(web.url, agent_token("harness", "full"), body))
+    assert [found["id"] for found in answer["lessons"]] == [lesson.pk] and answer["next_cursor"] is None

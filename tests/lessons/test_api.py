@@ -191,3 +191,42 @@ def test_it_gets_a_lesson_with_its_history_and_hides_other_workspaces_from_a_bou
     assert api.post("/api/v1/lessons/get", {"id": 10**9}).status_code == 404
     bad = api.post("/api/v1/lessons/get", {"id": "seven"})
     assert bad.status_code == 400 and bad.json()["field"] == "id"
+
+
+def test_it_lists_lessons_a_page_at_a_time_with_filters_and_a_bound_tokens_workspace(api):
+    from lessonboard.tokens import issue_token
+    from lessons.store import persist_lesson
+    from tests.factories import WorkspaceFactory
+
+    mine, theirs = WorkspaceFactory(slug="mine"), WorkspaceFactory(slug="theirs")
+    texts = [
+        ("rotating database passwords", "kept the old credential pooled", "restart pools after rotation"),
+        ("uploading large videos", "nginx refused the body", "raise client_max_body_size"),
+        ("scheduling nightly reports", "cron used the server timezone", "write schedules in UTC"),
+        ("parsing spreadsheet exports", "decimal commas broke float()", "parse with the source locale"),
+        ("tagging releases", "tagged an unmerged commit", "tag the merge commit"),
+    ]
+    made = [
+        persist_lesson(situation=a, mistake=b, correction=c, tags=["paged"], trigger="manual", workspace=mine).lesson
+        for a, b, c in texts
+    ]
+    persist_lesson(situation="d", mistake="e", correction="f", tags=["paged"], trigger="manual", workspace=theirs)
+    seen, cursor = [], None
+    while True:
+        body = api.post("/api/v1/lessons/list", {"workspace": "mine", "limit": 2, "cursor": cursor}).json()
+        seen += [lesson["id"] for lesson in body["lessons"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [lesson.pk for lesson in reversed(made)]  # newest first, no repeats, nothing skipped
+    Lesson.objects.filter(pk=made[0].pk).update(status="archived")
+    archived = api.post("/api/v1/lessons/list", {"workspace": "mine", "status": "archived"}).json()
+    assert [lesson["id"] for lesson in archived["lessons"]] == [made[0].pk]
+    assert len(api.post("/api/v1/lessons/list", {"tags": ["paged"], "status": "any"}).json()["lessons"]) == 6
+    bound = ApiClient(issue_token("bound", ["full"], workspaces=["mine"]).plaintext)
+    assert bound.post("/api/v1/lessons/list", {}).json()["field"] == "workspace"
+    refused = bound.post("/api/v1/lessons/list", {"workspace": "theirs"})
+    assert refused.status_code == 403 and refused.json()["field"] == "workspace"
+    assert len(bound.post("/api/v1/lessons/list", {"workspace": "mine"}).json()["lessons"]) == 4
+    bad = api.post("/api/v1/lessons/list", {"limit": 0})
+    assert bad.status_code == 400 and bad.json()["field"] == "limit"
