@@ -41,7 +41,7 @@ READ_ONLY_URLS = {
     "refine:runs", "refine:run", "refine:api-run",
     "reflect:workspaces", "reflect:workspace", "reflect:api-manifest", "reflect:api-prompts",
     "reviews:queue", "reviews:decisions", "reviews:proposal", "reviews:api-memory",
-    "lessons:api-get", "api-operator-dlq", "running-now", "schedules", "usage", "favicon",
+    "lessons:api-get", "lessons:api-list", "api-operator-dlq", "running-now", "schedules", "usage", "favicon",
 }  # fmt: skip
 # Records that are their own log, written at agent volume: the row carries who (token), what and when.
 OWN_RECORD_URLS = {

@@ -14,11 +14,9 @@ from lessonboard import llm
 from lessonboard.llm import usage
 from lessonboard.models import LLMCall
 from tests.fakes.openai_server import Reply
-from tests.lessonq import conftest as lessonq_fixtures
 from tests.support.queue import LESSON
 
 pytestmark = pytest.mark.django_db
-queue_dir = lessonq_fixtures.queue_dir  # the WAL fixture, for the lesson job
 
 
 @pytest.fixture
