@@ -171,6 +171,10 @@ def _operation(
     for status, text in sorted(errors.items()):
         responses.setdefault(str(status), _json(refs[ErrorBody], described.error_text.get(status, text)))
     responses["401"]["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}
+    if method == "GET" and described.query:
+        # A query string past the web server's request-line limit never reaches Django: gunicorn answers
+        # 414 itself, as plain HTML (limit_request_line, 4,094 bytes by default).
+        responses["414"] = {"description": "URI too long: the web server's limit on the request line"}
     operation["responses"] = dict(sorted(responses.items()))
     return operation
 

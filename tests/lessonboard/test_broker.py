@@ -9,11 +9,15 @@ from typing import Any
 
 from kombu import Connection, Queue
 
-import lessonboard.broker  # noqa: F401  (registers atomicfs://)
+import lessonboard.broker  # registers atomicfs://
 from tests.support.wait import wait_for
 
 
 def _connection(folder: Path) -> Connection:
+    # kombu keeps the bindings it declared in one state per transport class, for the whole process: a new
+    # folder would otherwise look bound already (an earlier test in this process bound "default") and get no
+    # binding file, so its messages would go nowhere. A deployment has one folder per process.
+    lessonboard.broker.Transport.global_state.clear()
     (folder / "queue").mkdir(parents=True, exist_ok=True)
     (folder / "control").mkdir(exist_ok=True)
     options = {
