@@ -29,7 +29,12 @@ class LessonboardConfig(AppConfig):
         post_save.connect(forget_changed, sender=AgentToken, dispatch_uid="lessonboard.forget_saved_token")
 
         from lessonboard import metrics
+        from lessonboard.llm import breaker, gateway
         from lessonboard.llm.gauges import LLMBreakerCollector
+
+        # The breaker's half-open probe is one small chat call through the gateway (``breaker.probe``); the
+        # gateway calls the breaker, so the breaker does not import it back.
+        breaker.use_for_probes(ping=gateway.ping, is_configured=gateway.is_configured)
 
         if not any(isinstance(c, LLMBreakerCollector) for c in metrics.EXTRA_COLLECTORS):
             metrics.EXTRA_COLLECTORS.append(LLMBreakerCollector())

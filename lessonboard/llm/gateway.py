@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import openai
 from django.conf import settings
 
-from lessonboard.llm import breaker, limiter, ratelimit
+from lessonboard.llm import limiter, ratelimit
 from lessonboard.llm import usage as usage_log
 from lessonboard.llm.errors import (
     LLMError,
@@ -69,6 +69,8 @@ def status_text() -> str:
 
 def unavailable_reason() -> str:
     """Why work that needs the LLM must wait now ("" when it may run): none configured, or an outage."""
+    from lessonboard.llm import breaker  # lazily: it reads the models, which a spawned embedder has not
+
     if not is_configured():
         return status_text()
     outage = breaker.outage()
@@ -78,6 +80,8 @@ def unavailable_reason() -> str:
 def availability() -> tuple[str, Any]:
     """``(reason, pause)`` in one read of the breaker row: why work that needs the LLM must wait undispatched
     ("" when it may run), and the rate-limit pause in force (``ratelimit.Pause``) or ``None``."""
+    from lessonboard.llm import breaker  # lazily: it reads the models, which a spawned embedder has not
+
     if not is_configured():
         return status_text(), None
     from django.utils import timezone
@@ -96,6 +100,8 @@ def _guarded(call: Callable[[], T], *, probe: bool = False) -> T:
     """Run one provider call through the breaker and the rate limit: refuse it while the breaker is open
     (unless it is the probe) or a rate-limit pause is on, count outage errors, pause on a rate limit, and
     reset the count (and lift a pause) on any answer."""
+    from lessonboard.llm import breaker  # lazily: it reads the models, which a spawned embedder has not
+
     if not probe:
         row = breaker.gate()
         if row is not None and row.state in breaker.OPEN_STATES and not breaker.claim_trial():
@@ -264,7 +270,3 @@ def _provider_message(exc: openai.APIStatusError) -> str:
         if isinstance(inner, str):
             return inner
     return exc.message
-
-
-# The breaker's half-open probe is one small chat call through this gateway (``breaker.probe``).
-breaker.use_for_probes(ping=ping, is_configured=is_configured)
