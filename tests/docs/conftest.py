@@ -55,12 +55,12 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def docs_stack(
-    django_db_setup: Any, django_db_blocker: Any, fake_openai_server: FakeOpenAIServer, tmp_path_factory: Any
-) -> Iterator[Stack]:
+def docs_stack(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[Stack]:
     node = "docs" + uuid.uuid4().hex[:8]
     queue_dir = tmp_path_factory.mktemp("lessonq")
-    fake_openai_server.reset()
+    # A model of its own: the tour stops and restarts it, and the session's shared fake may still be holding
+    # another test's slow answers (a test that made every answer wait) in the same process.
+    fake_openai_server = FakeOpenAIServer().start()
     fake_openai_server.responder = respond
     with django_db_blocker.unblock():
         env = subprocess_env(
@@ -81,7 +81,7 @@ def docs_stack(
     finally:
         worker.stop()
         web.stop()
-        fake_openai_server.reset()
+        fake_openai_server.stop()
 
 
 @pytest.fixture
