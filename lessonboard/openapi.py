@@ -174,7 +174,10 @@ def _operation(
     if method == "GET" and described.query:
         # A query string past the web server's request-line limit never reaches Django: gunicorn answers
         # 414 itself, as plain HTML (limit_request_line, 4,094 bytes by default).
-        responses["414"] = {"description": "URI too long: the web server's limit on the request line"}
+        responses["414"] = {
+            "description": "URI too long: the web server's limit on the request line",
+            "content": {"text/html": {"schema": {"type": "string"}}},
+        }
     operation["responses"] = dict(sorted(responses.items()))
     return operation
 

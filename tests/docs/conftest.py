@@ -56,6 +56,20 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def docs_stack(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[Stack]:
+    yield from _stack(django_db_blocker, tmp_path_factory)
+
+
+@pytest.fixture
+def own_stack(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[Stack]:
+    """A stack for one test that stops its model and counts the breaker from nothing (the module's stack
+    has served the other examples by then)."""
+    for stack in _stack(django_db_blocker, tmp_path_factory):
+        stack.forget_jobs()
+        yield stack
+        settle()
+
+
+def _stack(django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[Stack]:
     node = "docs" + uuid.uuid4().hex[:8]
     queue_dir = tmp_path_factory.mktemp("lessonq")
     # A model of its own: the tour stops and restarts it, and the session's shared fake may still be holding

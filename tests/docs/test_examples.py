@@ -123,7 +123,7 @@ def test_the_outcome_example_records_how_the_task_of_its_retrieval_went(stack: S
 
 
 def test_the_tours_step_4_shows_the_outage_then_a_dead_job_and_its_retry(
-    stack: Stack, tmp_path: Path, settings: Any
+    own_stack: Stack, tmp_path: Path, settings: Any
 ) -> None:
     """Step 4 as the README tells it: the model stopped, the job waits (breaker open, banner, degraded
     readiness) and runs once the model is back; a reply the parser refuses kills a job at once; its retry
@@ -142,11 +142,11 @@ def test_the_tours_step_4_shows_the_outage_then_a_dead_job_and_its_retry(
     from tests.fakes.tour_llm import respond
     from tests.support.processes import ROOT
 
-    settings.LLM_BASE_URL, settings.LLM_MODEL = stack.llm.url, stack.llm.model  # the breaker's key
-    port = stack.llm.port
-    stack.llm.stop()  # "Stop the model"
+    settings.LLM_BASE_URL, settings.LLM_MODEL = own_stack.llm.url, own_stack.llm.model  # the breaker's key
+    port = own_stack.llm.port
+    own_stack.llm.stop()  # "Stop the model"
     try:
-        waiting = json.loads(run_ok(stack, example("README.md", "tour-outage"), tmp_path))
+        waiting = json.loads(run_ok(own_stack, example("README.md", "tour-outage"), tmp_path))
         wait_for(breaker.is_open, timeout=90, what="the breaker to open after 5 failed calls")
         job = wait_for(
             lambda: (
@@ -158,14 +158,14 @@ def test_the_tours_step_4_shows_the_outage_then_a_dead_job_and_its_retry(
             what="the job to wait with its reason",
         )
         assert job.waiting_reason.startswith("LLM unreachable since") and job.state != JobState.DEAD
-        with urllib.request.urlopen(stack.url + "/readyz", timeout=10) as answer:
+        with urllib.request.urlopen(own_stack.url + "/readyz", timeout=10) as answer:
             assert json.loads(answer.read())["status"] == "degraded"
         client = Client()
         client.force_login(UserFactory(username="tour-operator", role="operator"))
         queue = client.get("/queue/?tab=retrying").content.decode()
         assert "LLM unreachable since" in queue and waiting["job_id"] in queue
     finally:
-        stack.llm.start(port=port)  # "Start the model again"
+        own_stack.llm.start(port=port)  # "Start the model again"
     settings.LLM_API_KEY = "sk-test"
     assert breaker.probe(now=timezone.now() + timedelta(minutes=1)) == "closed"  # what beat's probe does in 15 s
     assert not breaker.is_open()
@@ -180,22 +180,22 @@ def test_the_tours_step_4_shows_the_outage_then_a_dead_job_and_its_retry(
         what="the waiting job to run once the model is back",
     )
 
-    stack.llm.responder = lambda request: respond(request, prose=True)  # tour_llm --prose
+    own_stack.llm.responder = lambda request: respond(request, prose=True)  # tour_llm --prose
     try:
-        refused = json.loads(run_ok(stack, example("README.md", "tour-refused"), tmp_path))
+        refused = json.loads(run_ok(own_stack, example("README.md", "tour-refused"), tmp_path))
         dead = wait_for(
             lambda: Job.objects.filter(pk=refused["job_id"], state=JobState.DEAD).first(),
             timeout=60,
             what="the refused job to die",
         )
     finally:
-        stack.llm.responder = respond  # tour_llm without --prose
+        own_stack.llm.responder = respond  # tour_llm without --prose
     assert dead.last_error == NO_BLOCKS and dead.attempts == 1  # at once: no retries of a refused reply
     readme = (docset.ROOT / "README.md").read_text()
     assert "python3 lb.py manage reflect retry <job id>" in readme
     done = subprocess.run(
         [sys.executable, "manage.py", "reflect", "retry", dead.pk],
-        env=stack.env,
+        env=own_stack.env,
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -279,8 +279,13 @@ def test_two_nodes_one_killed_is_named_by_the_other_which_adopts_its_jobs_once(
     assert "8 job(s) adopted from it in all" in row_b
     row_a = page.split(f'data-node="{a.name}"')[1].split("</tr>")[0]
     assert row_a.startswith(' class="ok"') and "<td>8 job(s)</td>" in row_a
-    ok, workers = dependencies._workers()
-    assert ok and a.name in workers and f"{b.name} gone since" in workers  # never "workers down" while A works
+    # never "workers down" while A works (A renews its lease every 500 ms; a loaded machine may read it late)
+    ok, workers = wait_for(
+        lambda: (lambda r: r if r[0] and a.name in r[1] else None)(dependencies._workers()),
+        timeout=30,
+        what="A named among the live workers",
+    )
+    assert ok and a.name in workers and f"{b.name} gone since" in workers
 
     # B comes back on its data directory. Its WAL still holds its copies of the 8 adopted jobs, and one
     # trigger its web accepted while the database was down (a record with no row): that one is B's.
