@@ -108,7 +108,9 @@ def test_the_document_is_valid_openapi_3_1() -> None:
                 assert "413" in operation["responses"]
             for status, answer in operation["responses"].items():
                 assert re.fullmatch(r"[1-5]\d\d", status) and answer["description"]
-                assert "schema" in answer["content"]["application/json"], (path, method, status)
+                # JSON, except gunicorn's own 414 for a request line past its limit (it never reaches Django)
+                kind = "text/html" if status == "414" else "application/json"
+                assert "schema" in answer["content"][kind], (path, method, status)
     assert len(operation_ids) == len(set(operation_ids))
     # Schemathesis (the fuzzer) reads it as a valid 3.1 document with every operation.
     schema = schemathesis.openapi.from_dict(doc)
