@@ -12,11 +12,22 @@ import pytest
 from lessonq.ingest import LessonRequest, enqueue
 from lessonq.models import Job, JobState
 from lessons.models import Lesson
-from tests.fakes.openai_server import Reply
+from tests.fakes.openai_server import FakeOpenAIServer, Reply
 from tests.support.queue import LESSON
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+
+@pytest.fixture
+def fake_openai(settings: Any) -> Any:
+    """A fake model of these tests' own: they count every call in flight, and the session's shared fake may
+    also be answering another worker of this test process (an outage test's late retries, say)."""
+    server = FakeOpenAIServer().start()
+    settings.LLM_BASE_URL, settings.LLM_MODEL, settings.LLM_API_KEY = server.url, server.model, "sk-test"
+    settings.LLM_TIMEOUT = 5.0
+    yield server
+    server.stop()
 
 
 def _lesson_for(payload: dict[str, Any]) -> Reply:
