@@ -183,18 +183,13 @@ def run_passes(
             result.rolled_back = True
             current = best_draft or draft
             best_draft = current
-            record = PassRecord(
+            record = _rolled_back(
                 number=index + 1,
                 reply=reply,
-                similarity_to_original=similarity,
+                similarity=similarity,
                 best_similarity=best_similarity if best_similarity >= 0 else 1.0,
                 guard=guard,
-                convergence=None,
-                converged=False,
-                decision=Decision.ROLLED_BACK,
-                decided_by=guard.decided_by if guard else "",
                 reason=broken,
-                degraded_from=guard.degraded_from if guard else "",
                 scores={
                     "original": display_scores(draft, rewrite, guard),
                     "previous": display_scores(previous, rewrite, None),
@@ -215,18 +210,13 @@ def run_passes(
                 f"similarity to the original {similarity:.4f} < {ROLLBACK_RATIO} × best {best_similarity:.4f} "
                 f"= {ROLLBACK_RATIO * best_similarity:.4f}: rolled back to the best pass"
             )
-            record = PassRecord(
+            record = _rolled_back(
                 number=index + 1,
                 reply=reply,
-                similarity_to_original=similarity,
+                similarity=similarity,
                 best_similarity=best_similarity,
                 guard=guard,
-                convergence=None,
-                converged=False,
-                decision=Decision.ROLLED_BACK,
-                decided_by=guard.decided_by if guard else "",
                 reason=reason,
-                degraded_from=guard.degraded_from if guard else "",
                 scores={
                     "original": display_scores(draft, rewrite, guard),
                     "previous": display_scores(previous, rewrite, None),
@@ -305,3 +295,32 @@ def _flag_low_quality(result: LoopResult) -> None:
     if reasons:
         result.low_quality = True
         result.low_quality_reason = "; ".join(reasons)
+
+
+def _rolled_back(
+    *,
+    number: int,
+    reply: RefinerReply,
+    similarity: float,
+    best_similarity: float,
+    guard: Check | None,
+    reason: str,
+    scores: dict[str, Any],
+    latency_ms: float,
+) -> PassRecord:
+    """A pass that was rolled back and ends the run (a broken protocol, or a regression against the best)."""
+    return PassRecord(
+        number=number,
+        reply=reply,
+        similarity_to_original=similarity,
+        best_similarity=best_similarity,
+        guard=guard,
+        convergence=None,
+        converged=False,
+        decision=Decision.ROLLED_BACK,
+        decided_by=guard.decided_by if guard else "",
+        reason=reason,
+        degraded_from=guard.degraded_from if guard else "",
+        scores=scores,
+        latency_ms=latency_ms,
+    )
