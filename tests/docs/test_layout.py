@@ -82,3 +82,24 @@ def test_domain_modules_do_not_import_task_modules_at_import_time() -> None:
             if any(n.endswith(".tasks") for n in names):
                 offenders.append(f"{docset.rel(path)}:{node.lineno}")
     assert offenders == []
+
+
+def tracked_entries() -> list[tuple[str, str]]:
+    """(mode, path) of every file git tracks, from the index."""
+    import subprocess
+
+    listing = subprocess.run(
+        ["git", "ls-files", "-s", "-z"], cwd=docset.ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    return [(line.split(" ", 1)[0], line.split("\t", 1)[1]) for line in listing.split("\0") if line]
+
+
+def test_the_repository_tracks_no_symlink_and_nothing_machine_local() -> None:
+    # A committed `.venv` symlink into one machine's folder once broke both README commands on every
+    # other machine ("File exists: .venv"): a clean checkout must hold only the project's own files.
+    entries = tracked_entries()
+    assert entries, "git ls-files listed nothing"
+    symlinks = [path for mode, path in entries if mode == "120000"]
+    local = [path for _, path in entries if path.split("/")[0] in {".venv", "var", ".env"}]
+    assert symlinks == []
+    assert local == []
