@@ -107,7 +107,20 @@ for name in ("LESSONBOARD_LLM_BASE_URL", "LESSONBOARD_LLM_MODEL", "LESSONBOARD_L
 if not CONTROLLER and not os.environ.get("DATABASE_URL"):
     from lessonboard import embedded
 
-    embedded.start(DATA_DIR / "pgdata")
+    _server = embedded.start(DATA_DIR / "pgdata")
+    # The test cluster trades durability against a machine crash for speed: no fsync, no full-page
+    # writes, no waiting for the WAL at commit. A killed *process* (what the crash tests do) loses nothing
+    # with these: PostgreSQL's files are still in the kernel's page cache. lessonboard's own WAL keeps its
+    # real fsyncs (those are what the tests check). Flushing the tables between transactional tests costs
+    # seconds with fsync on.
+    _auto_conf = DATA_DIR / "pgdata" / "postgresql.auto.conf"
+    if "fsync = 'off'" not in (_auto_conf.read_text() if _auto_conf.exists() else ""):
+        _server.psql(
+            "ALTER SYSTEM SET fsync = off;\n"
+            "ALTER SYSTEM SET full_page_writes = off;\n"
+            "ALTER SYSTEM SET synchronous_commit = off;\n"
+            "SELECT pg_reload_conf();\n"
+        )
 
 # Where the stamp of the migrations lives: beside the embedded data, or per server for a DATABASE_URL.
 _STAMP = DATA_DIR / (

@@ -7,6 +7,7 @@ circle from Python, not from a reader. The source is parsed with ``ast``; nothin
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,6 +79,13 @@ def imports_of(name: str, path: Path, known: dict[str, Path], root: Path = docse
 def all_imports(root: Path = docset.ROOT) -> list[Import]:
     known = modules(root)
     return [i for name, path in sorted(known.items()) for i in imports_of(name, path, known, root)]
+
+
+@functools.cache
+def project_imports() -> tuple[Import, ...]:
+    """The repository's imports, parsed once for the module's tests (each parse of every module costs
+    seconds on a loaded machine)."""
+    return tuple(all_imports())
 
 
 def top(module: str) -> str:
@@ -170,17 +178,17 @@ def test_it_sees_imports_inside_functions_and_relative_ones(tmp_path: Path) -> N
 
 
 def test_the_foundation_imports_no_app_and_apps_only_what_they_may_use() -> None:
-    assert layer_violations(all_imports()) == []
+    assert layer_violations(list(project_imports())) == []
 
 
 def test_no_module_is_part_of_an_import_circle() -> None:
-    found = set(circles(all_imports()))
+    found = set(circles(list(project_imports())))
     assert sorted(sorted(c) for c in found - set(ALLOWED_CIRCLES)) == []
     assert sorted(sorted(c) for c in set(ALLOWED_CIRCLES) - found) == [], "a circle is gone: drop its entry"
 
 
 def test_no_module_imports_another_apps_private_name() -> None:
-    assert private_imports(all_imports()) == []
+    assert private_imports(list(project_imports())) == []
 
 
 def test_each_app_says_in_its_docstring_what_it_may_use() -> None:
@@ -224,7 +232,7 @@ def test_doc_reflection_uses_nothing_of_the_lessons_core() -> None:
     """docs/architecture.md#sub-packages: ``lessons.reflect`` could become an app of its own."""
     core = [
         f"{i.where}: {i.target}"
-        for i in all_imports()
+        for i in project_imports()
         if i.source.startswith("lessons.reflect")
         and top(i.target) == "lessons"
         and not i.target.startswith("lessons.reflect")
