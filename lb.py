@@ -82,7 +82,7 @@ def pytest_args(rest: list[str]) -> list[str]:
     paths = [a for a in args if not a.startswith("-") and (ROOT / a.split("::")[0]).exists()]
     chosen = any(a == "-n" or a.startswith(("-n", "--numprocesses", "--dist")) for a in args)
     if not paths and not chosen:
-        args = ["-n", str(max(2, os.cpu_count() or 2)), *args]
+        args = ["-n", str(max(2, os.cpu_count() or 2)), "--dist", "loadgroup", *args]
     return args
 
 

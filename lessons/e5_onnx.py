@@ -16,11 +16,13 @@ windows (510 content tokens each, token-weighted mean of the windows' mean-poole
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -275,30 +277,55 @@ def build_graph(model: ModelFile) -> bytes:
     return bytes(onnx_model.SerializeToString())
 
 
+@dataclass(frozen=True)
+class _Loaded:
+    """What every engine on one model file shares: the parsed file, the tokenizer and the onnxruntime
+    session (whose ``run`` is thread-safe). Building the graph and optimising the session cost seconds,
+    so a process does it once per file, whatever number of engines (or threads) it makes."""
+
+    model: ModelFile
+    tokenizer: Any
+    session: Any
+    word: np.ndarray
+    positions: np.ndarray
+    type0: np.ndarray
+
+
+@functools.cache
+def _load(path: Path) -> _Loaded:
+    import onnxruntime
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    m = ModelFile(path)
+    tokenizer = Tokenizer(models.Unigram(m.vocabulary(), unk_id=m.unk, byte_fallback=False))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True)
+    options = onnxruntime.SessionOptions()
+    # One thread a run and ``threads`` runs at once: on a shared 2-core machine intra-op threads spin
+    # against each other (half the throughput per CPU-second in bench/bench_embed_throughput.py).
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = onnxruntime.InferenceSession(build_graph(m), options, providers=["CPUExecutionProvider"])
+    return _Loaded(
+        model=m,
+        tokenizer=tokenizer,
+        session=session,
+        word=m.blocks("emb.word", m.vocab),
+        positions=m.floats("emb.pos").reshape(m.max_positions, m.hidden),
+        type0=m.floats("emb.type")[: m.hidden],
+    )
+
+
 class E5Engine:
     """Embeds texts with multilingual-e5-small; vectors are L2-normalised float32 [n, 384]."""
 
     def __init__(self, path: Path, threads: int = 1) -> None:
-        import onnxruntime
-        from tokenizers import Tokenizer, models, pre_tokenizers
-
-        self.model = ModelFile(path)
+        loaded = _load(path.resolve())
+        self.model, self.tokenizer, self.session = loaded.model, loaded.tokenizer, loaded.session
         m = self.model
         self.window = m.max_positions - 2
-        self.word = m.blocks("emb.word", m.vocab)
-        self.positions = m.floats("emb.pos").reshape(m.max_positions, m.hidden)
-        self.type0 = m.floats("emb.type")[: m.hidden]
+        self.word, self.positions, self.type0 = loaded.word, loaded.positions, loaded.type0
         self.dim = m.hidden
-        tokenizer = Tokenizer(models.Unigram(m.vocabulary(), unk_id=m.unk, byte_fallback=False))
-        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True)
-        self.tokenizer = tokenizer
-        options = onnxruntime.SessionOptions()
-        # One thread a run and ``threads`` runs at once: on a shared 2-core machine intra-op threads spin
-        # against each other (half the throughput per CPU-second in bench/bench_embed_throughput.py).
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = onnxruntime.InferenceSession(build_graph(m), options, providers=["CPUExecutionProvider"])
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="e5") if threads > 1 else None
 
     def normalise_text(self, text: str) -> str:

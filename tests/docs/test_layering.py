@@ -11,7 +11,12 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.docs import docset
+
+# One xdist worker runs the whole module (the repository is parsed once per process; lb.py runs xdist with --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("layering")
 
 # Layer of each top-level package: a module may import its own package and any package of a lower layer,
 # and, in the apps' layer, the apps its package's docstring names (APP_USES).
