@@ -30,7 +30,7 @@ REQUIREMENTS = ROOT / "requirements.txt"
 DEV_REQUIREMENTS = ROOT / "requirements-dev.txt"
 STAMP = VENV / ".lessonboard-requirements.sha256"
 # The quick tier: no child process (worker, gunicorn, serve, subprocess) and no browser.
-QUICK = "not process and not e2e"
+QUICK = "not process and not e2e and not slow"
 
 
 def venv_python() -> Path:
@@ -108,6 +108,11 @@ def main(argv: list[str]) -> int:
         cmd = [str(python), "manage.py", *rest]
     else:
         cmd = [str(python), "-m", "pytest", *pytest_args(rest)]
+    # Bytecode is cached in __pycache__ (git-ignored) even where the environment says not to write it
+    # (PYTHONDONTWRITEBYTECODE=1): otherwise every process — each test worker, every gunicorn and Celery
+    # child a test starts, every `serve` child — compiles the project's modules (and pytest rewrites every
+    # test module) from source again, seconds of CPU each time.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     # exec: signals (Ctrl-C, SIGTERM) go straight to the real process, and no wrapper lingers.
     os.execv(cmd[0], cmd)
     return 0  # not reached

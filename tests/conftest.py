@@ -46,15 +46,25 @@ def _starts_a_process(item: pytest.Item) -> bool:
         return False
 
 
+# Test functions measured slow (tests/slow.txt, written by bench/suite_durations.py): left out of --quick.
+SLOW = frozenset(
+    line.strip() for line in (TESTS / "slow.txt").read_text().splitlines() if line.strip() and not line.startswith("#")
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks every test with its tier, from what it uses rather than from anyone remembering to:
 
     * ``process``: starts or needs a child process or a browser (not in ``--quick``);
+    * ``slow``: listed in tests/slow.txt, measured slow (not in ``--quick``);
     * ``backend``: talks to the database server or the broker — what CI's second pass, on the machine's
       own PostgreSQL and Redis, runs again. Browser tests and the docs tests are left out of it: the same
       pages and documents do not change with the server behind them."""
     for item in items:
-        folder = Path(str(item.fspath)).resolve().relative_to(TESTS).parts[0]
+        path = Path(str(item.fspath)).resolve().relative_to(TESTS)
+        folder = path.parts[0]
+        if f"tests/{path.as_posix()}::{getattr(item, 'originalname', None) or item.name}" in SLOW:
+            item.add_marker(pytest.mark.slow)
         if _starts_a_process(item) or item.get_closest_marker("worker") or item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.process)
         uses_db = bool(DB_FIXTURES & set(getattr(item, "fixturenames", ()))) or item.get_closest_marker("django_db")

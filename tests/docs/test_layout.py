@@ -103,3 +103,24 @@ def test_the_repository_tracks_no_symlink_and_nothing_machine_local() -> None:
     local = [path for _, path in entries if path.split("/")[0] in {".venv", "var", ".env"}]
     assert symlinks == []
     assert local == []
+
+
+def test_every_name_on_the_slow_list_is_a_test_function_that_exists() -> None:
+    # tests/slow.txt (docs/testing.md#tiers) names functions as path::function; a renamed or deleted test
+    # would leave a line that marks nothing.
+    import ast
+
+    lines = (docset.ROOT / "tests" / "slow.txt").read_text().splitlines()
+    names = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    assert len(names) > 10
+    missing = []
+    for name in names:
+        path, _, function = name.partition("::")
+        source = docset.ROOT / path
+        defined = source.exists() and any(
+            isinstance(node, ast.FunctionDef) and node.name == function
+            for node in ast.walk(ast.parse(source.read_text(encoding="utf-8")))
+        )
+        if not defined:
+            missing.append(name)
+    assert missing == []
