@@ -569,6 +569,9 @@ LESSONS_EMBEDDING_BATCH = env.integer("LESSONBOARD_EMBEDDING_BATCH", 64, minimum
 # HyDE for retrieve calls (needs an LLM; without one the query is embedded as is, and the answer's
 # explanation says so). A request's "hyde": false turns it off; "hyde": true cannot turn it on.
 LESSONS_HYDE = env.flag("LESSONBOARD_RETRIEVAL_HYDE", False)
+# doc2query: with an LLM configured, saving a lesson has the LLM write a few "applies when" tasks for it
+# (queue "llm"), embedded with the lesson and shown on its page; nothing happens without an LLM.
+LESSONS_DOC2QUERY = env.flag("LESSONBOARD_LESSONS_DOC2QUERY", True)
 LESSONS_RRF_K = env.integer("LESSONBOARD_RETRIEVAL_RRF_K", 60, minimum=1)
 LESSONS_RRF_DEPTH = env.integer("LESSONBOARD_RETRIEVAL_DEPTH", int(_MODEL_DEFAULTS["depth"]), minimum=1)
 LESSONS_WEIGHT_TEXT = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TEXT", _MODEL_DEFAULTS["weight_text"], minimum=0.0)
@@ -612,6 +615,8 @@ LESSONS_TEXT_MAX_TERMS = env.integer("LESSONBOARD_RETRIEVAL_MAX_TERMS", 16, mini
 LESSONS_TAG_MAX_CANDIDATES = env.integer("LESSONBOARD_RETRIEVAL_MAX_TAG_CANDIDATES", 32, minimum=1, maximum=512)
 # A sweep for lessons whose embed task was lost (broker down at commit time, a model switch).
 CELERY_BEAT_SCHEDULE["lessons-embed-missing"] = {"task": "lessons.tasks.embed_missing", "schedule": 300.0}
+# doc2query phrasings a lost message, a pause or an outage left unwritten (a batch of 50 at a time).
+CELERY_BEAT_SCHEDULE["lessons-doc2query-missing"] = {"task": "lessons.tasks.doc2query_missing", "schedule": 600.0}
 
 # --- lesson queue ---------------------------------------------------------------------------
 # chatcli's queue knobs (docs/compat/chatcli.md#configuration) with chatcli's defaults; the chatcli variable is named next to each.
