@@ -506,6 +506,7 @@ LESSONS_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "weight_text_exact": 1.5,
         "weight_tags": 0.05,
         "floor_margin": -0.02,
+        "floor_margin_agree": -0.04,
         "gap_group": 0.8,
         "impact_min": 0.2,
     },
@@ -600,6 +601,15 @@ LESSONS_HNSW_EF_SEARCH = env.integer("LESSONBOARD_RETRIEVAL_EF_SEARCH", 200, min
 LESSONS_FLOOR_MARGIN = env.number(
     "LESSONBOARD_RETRIEVAL_FLOOR_MARGIN",
     _MODEL_DEFAULTS["floor_margin"],
+    minimum=-1.0,
+    maximum=1.0,
+)
+# ... or by this (smaller) margin when the branches agree: the best vector hit is among the first 5
+# full-text hits. Chosen on set 1's tuning halves (bench/bench_retrieval_fusion.py): -0.04 for use; the
+# others keep their one margin (a value at or above it has no effect).
+LESSONS_FLOOR_MARGIN_AGREE = env.number(
+    "LESSONBOARD_RETRIEVAL_FLOOR_MARGIN_AGREE",
+    _MODEL_DEFAULTS.get("floor_margin_agree", _MODEL_DEFAULTS["floor_margin"]),
     minimum=-1.0,
     maximum=1.0,
 )

@@ -29,6 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from lessonboard import llm, pauses
+from lessonboard.celery import app
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ PROMPT_VERSION = "doc2query-v1"
 MAX_PHRASINGS = 5
 MAX_CHARS = 200  # one phrasing
 SWEEP_BATCH = 50
+WRITE_TASK = "lessons.tasks.write_applies_when"
+EMBED_TASK = "lessons.tasks.embed_lessons"
 SYSTEM = (
     "You index lessons an AI coding agent learned from its mistakes. Given one lesson, write 3 to 5 short, "
     "concrete tasks (one line each, at most 25 words, imperative, as a user would ask an agent) in which "
@@ -88,11 +91,9 @@ def schedule(lesson_ids: Iterable[int]) -> None:
         return
 
     def send() -> None:
-        from lessons.tasks import write_applies_when
-
         for pk in ids:
-            try:
-                write_applies_when.apply_async(args=[pk], queue="llm")
+            try:  # published by name: the task module imports this one
+                app.send_task(WRITE_TASK, args=[pk], queue="llm")
             except Exception:  # the broker being down must not fail the caller's committed work
                 log.warning("lessons: could not queue doc2query for %s; the sweep will", pk, exc_info=True)
                 return
@@ -154,7 +155,6 @@ def write(lesson_id: int) -> str:
     happened (``written``, ``current`` when they are already there, ``waiting: …``, ``gone``, ``failed: …``).
     Transient LLM errors propagate (the task retries them); a permanent one is logged and left to an edit."""
     from lessons.models import Lesson, LessonStatus
-    from lessons.store import schedule_embedding
 
     if not enabled():
         return "waiting: doc2query is off or no LLM is configured"
@@ -183,8 +183,19 @@ def write(lesson_id: int) -> str:
         Lesson.objects.filter(pk=lesson_id).update(
             applies_when=phrasings, applies_when_for=wanted, applies_when_at=timezone.now()
         )
-        schedule_embedding([lesson_id], phrasings=False)
+        transaction.on_commit(lambda: _send_embedding(lesson_id))
     return "written"
+
+
+def _send_embedding(lesson_id: int) -> None:
+    """The lesson's vector again, now with its phrasings (``lessons.store.schedule_embedding``'s message,
+    published by name: the store imports this module). A lost one is left to ``reembed``."""
+    if settings.LESSONS_EMBEDDING_PROVIDER == "none":
+        return
+    try:
+        app.send_task(EMBED_TASK, args=[[lesson_id], timezone.now().isoformat()], queue="embed")
+    except Exception:
+        log.warning("lessons: could not queue the embedding of lesson %s's phrasings", lesson_id, exc_info=True)
 
 
 def missing(limit: int = SWEEP_BATCH) -> list[int]:

@@ -86,17 +86,16 @@ def record_version(
     )
 
 
-def schedule_embedding(lesson_ids: Iterable[int], *, phrasings: bool = True) -> None:
+def schedule_embedding(lesson_ids: Iterable[int]) -> None:
     """Queue the ``embed`` task for these lessons once the current transaction commits.
 
     A broker that is down loses nothing: the lessons keep a NULL vector, which the periodic
-    ``embed_missing`` sweep and ``manage.py lessons reembed`` fill in. The lessons' text changed, so
-    with ``phrasings`` (an edit, a restore, a merge, an import) their "applies when" phrasings are
-    written again when an LLM is configured (``lessons.doc2query``).
+    ``embed_missing`` sweep and ``manage.py lessons reembed`` fill in. The lessons' text changed (an
+    edit, a restore, a merge, an import), so their "applies when" phrasings are written again when an
+    LLM is configured (``lessons.doc2query``).
     """
     ids = sorted(set(lesson_ids))
-    if phrasings and ids:
-        doc2query.schedule(ids)
+    doc2query.schedule(ids)
     if not ids or settings.LESSONS_EMBEDDING_PROVIDER == "none":
         return
 
