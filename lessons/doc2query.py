@@ -166,6 +166,7 @@ def write(lesson_id: int) -> str:
         return "gone"
     wanted = digest(lesson)
     if lesson.applies_when_for == wanted:
+        Lesson.objects.filter(pk=lesson_id).update(applies_when_at=timezone.now())  # looked at: not stale
         return "current"
     try:
         phrasings = ask(lesson)
@@ -199,7 +200,24 @@ def _send_embedding(lesson_id: int) -> None:
 
 
 def missing(limit: int = SWEEP_BATCH) -> list[int]:
-    """Active lessons that never got phrasings (a lost message, a pause, an outage), oldest first."""
+    """Active lessons whose phrasings were never written or are stale (a lost message, a pause, an
+    outage, an edit meanwhile), oldest first. Candidates are the lessons changed since their phrasings
+    were last looked at; those whose text still matches (a reinforce moved ``updated_at``) are stamped as
+    looked at, so they leave the candidates without an LLM call."""
+    from django.db.models import F, Q
+
     from lessons.models import Lesson
 
-    return list(Lesson.objects.active().filter(applies_when_for="").order_by("id").values_list("id", flat=True)[:limit])
+    rows = (
+        Lesson.objects.active()
+        .filter(Q(applies_when_at__isnull=True) | Q(applies_when_at__lt=F("updated_at")))
+        .order_by("id")
+        .only("id", "situation", "mistake", "correction", "tags", "applies_when_for")[: limit * 4]
+    )
+    stale: list[int] = []
+    current: list[int] = []
+    for lesson in rows:
+        (current if lesson.applies_when_for == digest(lesson) else stale).append(lesson.pk)
+    if current:
+        Lesson.objects.filter(pk__in=current).update(applies_when_at=timezone.now())
+    return stale[:limit]

@@ -9,7 +9,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Q, Value
 from django.db.models.functions import Left
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
@@ -124,8 +124,9 @@ class Lesson(models.Model):
     embedded_at = models.DateTimeField(null=True, blank=True)
     # doc2query (``lessons.doc2query``): "applies when" tasks the LLM wrote for this lesson, embedded with
     # it while ``applies_when_for`` (a digest of ``embedding_text()``) matches the current text.
-    applies_when = models.JSONField(default=list, blank=True)
-    applies_when_for = models.CharField(max_length=64, blank=True, default="")
+    # Database defaults too: the bulk loaders (bench/) COPY rows without these columns.
+    applies_when = models.JSONField(default=list, db_default=Value([], output_field=models.JSONField()), blank=True)
+    applies_when_for = models.CharField(max_length=64, blank=True, default="", db_default="")
     applies_when_at = models.DateTimeField(null=True, blank=True)
     # Fields of a chatcli fact we do not model (``source``, ``source_project``, unknown keys) and the
     # original timestamp strings (nanoseconds), re-emitted on export so a round trip is lossless.

@@ -6,6 +6,7 @@ OpenAI server answers; the quality of real phrasings is not measured here (docs/
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -192,6 +193,7 @@ def test_an_edit_makes_them_stale_until_new_ones_are_written(
     assert provider is not None
     assert doc2query.current(edited) == [] and len(lesson_texts(edited, provider)) == 2  # whole + situation
     assert "for an earlier version of its text" in client_as(carol).get(f"/lessons/{lesson.pk}/").content.decode()
+    assert doc2query.missing() == [lesson.pk]  # the sweep catches it if the edit's own task was lost
     fake_openai.script("1. Mark the account page private in the CDN config")
     assert doc2query.write(lesson.pk) == "written"
     assert doc2query.current(Lesson.objects.get(pk=lesson.pk)) == ["Mark the account page private in the CDN config"]
@@ -212,6 +214,9 @@ def test_a_refusal_is_recorded_once_and_the_sweep_fills_only_what_is_missing(
         trigger="error",
     ).lesson
     assert doc2query.missing() == [never.pk]  # the refused one is not asked again until an edit
+    reinforced = Lesson.objects.get(pk=refused.pk)
+    Lesson.objects.filter(pk=refused.pk).update(updated_at=reinforced.updated_at + timedelta(seconds=60))
+    assert doc2query.missing() == [never.pk]  # a change that left the text alone costs no call either
     assert doc2query_missing() == 1
     assert doc2query_sent(published) == [([never.pk], "llm")]
     assert doc2query.page_state(Lesson.objects.get(pk=refused.pk))["status"].startswith("None: the LLM's answer")
