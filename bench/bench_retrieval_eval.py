@@ -46,6 +46,9 @@ def use_model(model: str) -> None:
     settings.LESSONS_FUSION = settings.LESSONS_MODEL_DEFAULTS[model]["fusion"]
     settings.LESSONS_RRF_DEPTH = settings.LESSONS_MODEL_DEFAULTS[model]["depth"]
     settings.LESSONS_FLOOR_MARGIN = settings.LESSONS_MODEL_DEFAULTS[model]["floor_margin"]
+    settings.LESSONS_FLOOR_MARGIN_AGREE = settings.LESSONS_MODEL_DEFAULTS[model].get(
+        "floor_margin_agree", settings.LESSONS_FLOOR_MARGIN
+    )
 
 
 def load_set(data: evaluation.EvalSet) -> dict[str, int]:

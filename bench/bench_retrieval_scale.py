@@ -104,7 +104,7 @@ def load(n: int, vectors: np.ndarray) -> float:
     columns = (
         "situation, mistake, correction, tags, trigger, content, fact_id, category, confidence, provenance, "
         "access_count, last_accessed, score, agent, status, created_at, updated_at, embedding, embedding_model, "
-        "chatcli_extra, lang"
+        "chatcli_extra, lang, occurrences"
     )
     with raw.cursor() as cur, cur.copy(f"COPY lessons_lesson ({columns}) FROM STDIN WITH (FORMAT BINARY)") as copy:
         copy.set_types(
@@ -130,6 +130,7 @@ def load(n: int, vectors: np.ndarray) -> float:
                 "varchar",
                 "jsonb",
                 "varchar",
+                "int4",
             ]
         )
         now = time.time()
@@ -162,6 +163,7 @@ def load(n: int, vectors: np.ndarray) -> float:
                     MODEL_ID,
                     "{}",
                     "en",
+                    1,  # occurrences (migration 0009_integrity gave it no database default)
                 )
             )
     raw.commit() if not raw.autocommit else None

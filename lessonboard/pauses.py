@@ -19,7 +19,7 @@ from django.db import DatabaseError, transaction
 
 # name → what it holds back. "llm" is every piece of LLM work at once.
 QUEUES: dict[str, str] = {
-    "llm": "all LLM work (lesson jobs and refine runs)",
+    "llm": "all LLM work (lesson jobs, refine runs, doc2query phrasings)",
     "lessonq": "lesson jobs (every node's lessonq.<node> queue)",
     "refine": "refine runs",
 }

@@ -506,6 +506,7 @@ LESSONS_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "weight_text_exact": 1.5,
         "weight_tags": 0.05,
         "floor_margin": -0.02,
+        "floor_margin_agree": -0.04,
         "gap_group": 0.8,
         "impact_min": 0.2,
     },
@@ -569,6 +570,9 @@ LESSONS_EMBEDDING_BATCH = env.integer("LESSONBOARD_EMBEDDING_BATCH", 64, minimum
 # HyDE for retrieve calls (needs an LLM; without one the query is embedded as is, and the answer's
 # explanation says so). A request's "hyde": false turns it off; "hyde": true cannot turn it on.
 LESSONS_HYDE = env.flag("LESSONBOARD_RETRIEVAL_HYDE", False)
+# doc2query: with an LLM configured, saving a lesson has the LLM write a few "applies when" tasks for it
+# (queue "llm"), embedded with the lesson and shown on its page; nothing happens without an LLM.
+LESSONS_DOC2QUERY = env.flag("LESSONBOARD_LESSONS_DOC2QUERY", True)
 LESSONS_RRF_K = env.integer("LESSONBOARD_RETRIEVAL_RRF_K", 60, minimum=1)
 LESSONS_RRF_DEPTH = env.integer("LESSONBOARD_RETRIEVAL_DEPTH", int(_MODEL_DEFAULTS["depth"]), minimum=1)
 LESSONS_WEIGHT_TEXT = env.number("LESSONBOARD_RETRIEVAL_WEIGHT_TEXT", _MODEL_DEFAULTS["weight_text"], minimum=0.0)
@@ -600,6 +604,15 @@ LESSONS_FLOOR_MARGIN = env.number(
     minimum=-1.0,
     maximum=1.0,
 )
+# ... or by this (smaller) margin when the branches agree: the best vector hit is among the first 5
+# full-text hits. Chosen on set 1's tuning halves (bench/bench_retrieval_fusion.py): -0.04 for use; the
+# others keep their one margin (a value at or above it has no effect).
+LESSONS_FLOOR_MARGIN_AGREE = env.number(
+    "LESSONBOARD_RETRIEVAL_FLOOR_MARGIN_AGREE",
+    _MODEL_DEFAULTS.get("floor_margin_agree", _MODEL_DEFAULTS["floor_margin"]),
+    minimum=-1.0,
+    maximum=1.0,
+)
 # A task longer than this is cut before it is embedded and searched (a 20,000-character task took ~19 s).
 LESSONS_QUERY_MAX_CHARS = env.integer("LESSONBOARD_RETRIEVAL_QUERY_MAX_CHARS", 1000, minimum=50)
 # Query embeddings kept per process (LRU); 0 turns the cache off.
@@ -612,6 +625,8 @@ LESSONS_TEXT_MAX_TERMS = env.integer("LESSONBOARD_RETRIEVAL_MAX_TERMS", 16, mini
 LESSONS_TAG_MAX_CANDIDATES = env.integer("LESSONBOARD_RETRIEVAL_MAX_TAG_CANDIDATES", 32, minimum=1, maximum=512)
 # A sweep for lessons whose embed task was lost (broker down at commit time, a model switch).
 CELERY_BEAT_SCHEDULE["lessons-embed-missing"] = {"task": "lessons.tasks.embed_missing", "schedule": 300.0}
+# doc2query phrasings a lost message, a pause or an outage left unwritten (a batch of 50 at a time).
+CELERY_BEAT_SCHEDULE["lessons-doc2query-missing"] = {"task": "lessons.tasks.doc2query_missing", "schedule": 600.0}
 
 # --- lesson queue ---------------------------------------------------------------------------
 # chatcli's queue knobs (docs/compat/chatcli.md#configuration) with chatcli's defaults; the chatcli variable is named next to each.

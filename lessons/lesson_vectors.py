@@ -6,7 +6,8 @@ correction, tags: ``Lesson.embedding_text``) carries the details, the situation 
 to. For a provider with ``situation_vector`` (the ``use`` model) the stored vector is the normalised sum
 of both embeddings — one vector, one column, one HNSW search; measured on the next-task queries in
 docs/lessons.md#quality-on-next-task-queries. Other providers embed the whole text alone (e5 measured no
-consistent gain from the situation vector).
+consistent gain from the situation vector). doc2query's "applies when" phrasings, when an LLM wrote them
+for the current text, are one more text in the sum for every provider.
 """
 
 from __future__ import annotations
@@ -16,16 +17,21 @@ from typing import Any
 
 import numpy as np
 
-from lessons import embeddings
+from lessons import doc2query, embeddings
 
 
 def lesson_texts(lesson: Any, provider: embeddings.Provider) -> list[str]:
-    """The texts embedded for ``lesson``, whose vectors are summed."""
+    """The texts embedded for ``lesson``, whose vectors are summed. With doc2query phrasings written for
+    the current text (``lessons.doc2query``), they are one more text, all of them on one line each."""
     whole = lesson.embedding_text()
     situation = (lesson.situation or "").strip()
+    texts = [whole]
     if getattr(provider, "situation_vector", False) and situation and situation != whole.strip():
-        return [whole, situation]
-    return [whole]
+        texts.append(situation)
+    phrasings = doc2query.current(lesson)
+    if phrasings:
+        texts.append("\n".join(phrasings))
+    return texts
 
 
 def embed_lessons(provider: embeddings.Provider, lessons: Sequence[Any]) -> np.ndarray:

@@ -9,7 +9,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Q, Value
 from django.db.models.functions import Left
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
@@ -43,6 +43,7 @@ class LessonQuerySet(models.QuerySet["Lesson"]):
             "term_vector",
             "embedding",
             "chatcli_extra",
+            "applies_when",
         ).annotate(
             situation_preview=Left("situation", LIST_PREVIEW_CHARS),
             correction_preview=Left("correction", LIST_PREVIEW_CHARS),
@@ -121,6 +122,12 @@ class Lesson(models.Model):
     embedding = VectorField(dimensions=settings.LESSONS_EMBEDDING_DIMENSIONS, null=True, blank=True)
     embedding_model = models.CharField(max_length=200, blank=True)
     embedded_at = models.DateTimeField(null=True, blank=True)
+    # doc2query (``lessons.doc2query``): "applies when" tasks the LLM wrote for this lesson, embedded with
+    # it while ``applies_when_for`` (a digest of ``embedding_text()``) matches the current text.
+    # Database defaults too: the bulk loaders (bench/) COPY rows without these columns.
+    applies_when = models.JSONField(default=list, db_default=Value([], output_field=models.JSONField()), blank=True)
+    applies_when_for = models.CharField(max_length=64, blank=True, default="", db_default="")
+    applies_when_at = models.DateTimeField(null=True, blank=True)
     # Fields of a chatcli fact we do not model (``source``, ``source_project``, unknown keys) and the
     # original timestamp strings (nanoseconds), re-emitted on export so a round trip is lossless.
     chatcli_extra = models.JSONField(default=dict, blank=True)

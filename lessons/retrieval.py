@@ -8,7 +8,8 @@ that instead of the bare query (the explanation records it).
 
 The floor: when no lesson is closer to the task than the closest of a few dozen everyday, off-topic
 sentences (``lessons/data/background.txt``, embedded by the same model) by at least
-``LESSONS_FLOOR_MARGIN``, nothing applies and the answer is empty with a ``reason``
+``LESSONS_FLOOR_MARGIN`` (``LESSONS_FLOOR_MARGIN_AGREE`` when the branches agree: the best vector hit
+is among the first 5 full-text hits), nothing applies and the answer is empty with a ``reason``
 (docs/lessons.md#floor). A task is cut to ``LESSONS_QUERY_MAX_CHARS`` before anything else, and
 query embeddings are kept in a small LRU cache.
 """
@@ -486,16 +487,27 @@ def background_vectors(provider: embeddings.Provider) -> Any:
         return _background[provider.model_id]
 
 
-def floor_check(vector: Any, best: float, provider: embeddings.Provider) -> dict[str, Any]:
-    """How the best lesson's similarity compares with the closest off-topic sentence's."""
+def floor_check(vector: Any, best: float, provider: embeddings.Provider, *, agree: bool = False) -> dict[str, Any]:
+    """How the best lesson's similarity compares with the closest off-topic sentence's. With ``agree``
+    (the branches agree on the best lesson: ``branches_agree``) the margin is the smaller of
+    ``LESSONS_FLOOR_MARGIN`` and ``LESSONS_FLOOR_MARGIN_AGREE``."""
     background = float(np.max(background_vectors(provider) @ np.asarray(vector, dtype=np.float32)))
     margin = settings.LESSONS_FLOOR_MARGIN
+    if agree:
+        margin = min(margin, settings.LESSONS_FLOOR_MARGIN_AGREE)
     return {
         "best_similarity": round(best, 4),
         "background_similarity": round(background, 4),
         "margin": margin,
+        "branches_agree": agree,
         "passed": best - background >= margin,
     }
+
+
+def branches_agree(vector_rows: list[tuple[int, float]], text_rows: list[tuple[int, float]]) -> bool:
+    """Whether the best vector hit is among the first 5 full-text hits (a second, lexical, witness that
+    the task is about that lesson; ``floor_features``' ``agree``)."""
+    return bool(vector_rows) and vector_rows[0][0] in {pk for pk, _ in text_rows[:5]}
 
 
 def vector_branch(vector: Any, base: Any, depth: int, model_id: str) -> list[tuple[int, float]]:
@@ -727,7 +739,8 @@ def _search(
             explanation["embedded_text"] = embedded_text
             rankings["vector"] = vector_branch(vector, base, depth, provider.model_id)
             if rankings["vector"]:
-                explanation["floor"] = floor_check(vector, rankings["vector"][0][1], provider)
+                agree = branches_agree(rankings["vector"], rankings.get("text") or [])
+                explanation["floor"] = floor_check(vector, rankings["vector"][0][1], provider, agree=agree)
     elif "vector" in branches:
         explanation["vector"] = "off: no embedding provider (lexical retrieval only)"
         explanation["floor"] = "off: the floor needs embeddings"

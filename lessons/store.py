@@ -21,6 +21,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from lessonboard.models import Workspace
+from lessons import doc2query
 from lessons.content import (
     MANUAL_MISTAKE,
     MANUAL_TAGS,
@@ -89,9 +90,12 @@ def schedule_embedding(lesson_ids: Iterable[int]) -> None:
     """Queue the ``embed`` task for these lessons once the current transaction commits.
 
     A broker that is down loses nothing: the lessons keep a NULL vector, which the periodic
-    ``embed_missing`` sweep and ``manage.py lessons reembed`` fill in.
+    ``embed_missing`` sweep and ``manage.py lessons reembed`` fill in. The lessons' text changed (an
+    edit, a restore, a merge, an import), so their "applies when" phrasings are written again when an
+    LLM is configured (``lessons.doc2query``).
     """
     ids = sorted(set(lesson_ids))
+    doc2query.schedule(ids)
     if not ids or settings.LESSONS_EMBEDDING_PROVIDER == "none":
         return
 
@@ -302,10 +306,12 @@ def persist_in_transaction(
             reason=f"superseded by #{lesson.pk} (Jaccard {similarity:.3f}, same subject)",
         )
         schedule_new_embedding()
+        doc2query.schedule([lesson.pk])
         LESSONS_PERSISTED.labels(action="superseded").inc()
         return PersistResult(lesson, "superseded", similarity=similarity, superseded=superseded)
     record_version(lesson, VersionAction.CREATE, actor=actor, user=user, reason=reason, number=1)
     schedule_new_embedding()
+    doc2query.schedule([lesson.pk])
     LESSONS_PERSISTED.labels(action="created").inc()
     return PersistResult(lesson, "created")
 

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from celery import shared_task
 
+from lessonboard.llm import TransientLLMError
 from lessons import vectors
 
 log = logging.getLogger(__name__)
@@ -53,3 +54,34 @@ def refresh_all_usage() -> int:
     from lessons.usage.outcomes import refresh_usage
 
     return refresh_usage()
+
+
+@shared_task(
+    name="lessons.tasks.write_applies_when",
+    queue="llm",
+    ignore_result=True,
+    acks_late=True,
+    autoretry_for=(TransientLLMError,),
+    retry_backoff=30,
+    max_retries=5,
+)
+def write_applies_when(lesson_id: int) -> str:
+    """doc2query: the LLM's "applies when" phrasings for one lesson, then its embedding again."""
+    from lessons import doc2query
+
+    return doc2query.write(lesson_id)
+
+
+@shared_task(name="lessons.tasks.doc2query_missing", ignore_result=True)
+def doc2query_missing() -> int:
+    """Beat: queue phrasings for lessons that never got them (lost message, pause, outage); nothing
+    without an LLM or while the LLM work is paused."""
+    from lessonboard import pauses
+    from lessons import doc2query
+
+    if not doc2query.enabled() or pauses.unavailable_reason("llm"):
+        return 0
+    ids = doc2query.missing()
+    for pk in ids:
+        write_applies_when.apply_async(args=[pk], queue="llm")
+    return len(ids)

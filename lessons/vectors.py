@@ -35,7 +35,7 @@ def embed_ids(lesson_ids: Iterable[int], provider: embeddings.Provider | None = 
         now = timezone.now()
         lessons = list(
             Lesson.objects.filter(pk__in=ids[start : start + batch]).only(
-                "id", "situation", "mistake", "correction", "tags"
+                "id", "situation", "mistake", "correction", "tags", "applies_when", "applies_when_for"
             )
         )
         if not lessons:
@@ -181,7 +181,9 @@ def _embed_in_processes(
             for chunk in todo:
                 now = timezone.now()  # when the text was read, as in ``embed_ids``
                 lessons = list(
-                    Lesson.objects.filter(pk__in=chunk).only("id", "situation", "mistake", "correction", "tags")
+                    Lesson.objects.filter(pk__in=chunk).only(
+                        "id", "situation", "mistake", "correction", "tags", "applies_when", "applies_when_for"
+                    )
                 )
                 if not lessons:
                     continue

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from lessonboard.models import AuditEvent, Workspace
 from lessonboard.permissions import require_perm, view_required
 from lessonboard.timeouts import statement_timeout
-from lessons import embeddings, retrieval
+from lessons import doc2query, embeddings, retrieval
 from lessons.forms import LessonEditForm, ManualLessonForm, MergeForm, SearchForm, split_tags
 from lessons.models import Lesson, LessonStatus, LessonVersion
 from lessons.store import edit_lesson, merge_lessons, persist_manual, restore_version, set_status
@@ -188,6 +188,7 @@ def detail_page(request: HttpRequest, pk: int) -> HttpResponse:
         "superseding": Lesson.objects.filter(superseded_by=lesson).only("id", "situation", "status"),
         "can_edit": request.user.has_perm(EDIT_PERM),
         "embedding_status": embeddings.describe(),
+        "applies_when": doc2query.page_state(lesson),
         "usage": LessonUsage.objects.filter(lesson=lesson).first(),
         "min_samples": settings.LESSONS_USEFULNESS_MIN_SAMPLES,
     }

@@ -127,6 +127,9 @@ os.environ.setdefault("LESSONBOARD_NODE", "testnode")
 # Tests start and stop many short-lived nodes; only the failover tests let a worker adopt the jobs of a
 # node whose lease ran out (tests/lessonq/test_failover.py turns it on for its own workers).
 os.environ.setdefault("LESSONQ_FAILOVER", "false")
+# Saving a lesson with an LLM configured queues doc2query's call: tests that script or count the fake
+# model's replies would see it. tests/lessons/test_doc2query.py turns it on for its own checks.
+os.environ.setdefault("LESSONBOARD_LESSONS_DOC2QUERY", "false")
 # Scrapes from loopback (the test client, gunicorn under test) are allowed, as a Prometheus on the same
 # host would be; tests/lessonboard/test_security.py checks the token and the deny path.
 os.environ.setdefault("LESSONBOARD_METRICS_ALLOWED_ADDRESSES", "127.0.0.1,::1")

@@ -22,7 +22,7 @@ from django.conf import settings
 
 log = logging.getLogger(__name__)
 
-PURPOSES = ("lesson", "review", "refine", "hyde", "probe", "other")
+PURPOSES = ("lesson", "review", "refine", "hyde", "doc2query", "probe", "other")
 
 
 @dataclass(frozen=True)

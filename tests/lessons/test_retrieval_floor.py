@@ -135,3 +135,20 @@ def test_it_keeps_the_floors_background_vectors_for_the_next_process(corpus, mon
 
     monkeypatch.setattr(provider, "embed_documents", refuse)
     assert (retrieval.background_vectors(provider) == first).all()
+
+
+def test_the_floor_is_relaxed_only_when_the_branches_agree_on_the_best_lesson(corpus, settings):
+    agreeing = "bulk payments API calls answer HTTP 429"  # full text and vector both put "rate" first
+    verdict = retrieval.search(agreeing, k=1, floor=False).explanation["floor"]
+    assert verdict["branches_agree"] is True
+    gap = verdict["best_similarity"] - verdict["background_similarity"]
+    settings.LESSONS_FLOOR_MARGIN = gap + 0.01  # the gap alone no longer passes …
+    settings.LESSONS_FLOOR_MARGIN_AGREE = gap + 0.01
+    assert retrieval.search(agreeing, k=1).hits == []
+    settings.LESSONS_FLOOR_MARGIN_AGREE = gap - 0.01  # … the agreement of the branches does
+    result = retrieval.search(agreeing, k=1)
+    assert [h.lesson.pk for h in result.hits] == [corpus["rate"].pk]
+    assert result.explanation["floor"]["margin"] == gap - 0.01
+    off = retrieval.search("what should I wear to a summer wedding on the beach", k=1, floor=False)
+    assert off.explanation["floor"]["branches_agree"] is False  # no full-text witness: the margin stays
+    assert off.explanation["floor"]["margin"] == settings.LESSONS_FLOOR_MARGIN
