@@ -1,4 +1,4 @@
-"""Prompts as versioned files (docs/llm.md#prompts).
+"""Prompts as versioned files (docs/operations.md#llm-prompts).
 
 Every prompt sent to a model lives in a ``prompts/`` folder beside the code that sends it, one file per
 version, named ``<name>-v<N>.txt`` (or ``.md``): ``lessonq/prompts/lesson-v1.txt``. The file's text,
