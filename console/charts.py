@@ -265,7 +265,7 @@ def usage_chart(buckets: list[datetime]) -> UsageChart:
     labels = {s.index: s.label for s in series}
     segments = []
     for i, (stack, hour) in enumerate(zip(stacks, buckets, strict=True)):
-        base = PAD_TOP + plot_h
+        base = float(PAD_TOP + plot_h)
         when = timezone.localtime(hour).strftime("%Y-%m-%d %H:00")
         for n, tokens in enumerate(stack):
             if not tokens:
