@@ -15,11 +15,16 @@ from django.utils import timezone
 pytestmark = pytest.mark.django_db
 
 
+# Half past the current hour: calls 6 and 12 minutes before it fall in its hour, one an hour before in the
+# previous one, whatever the clock says when the test runs.
+NOW = timezone.now().replace(minute=30, second=0, microsecond=0)
+
+
 def _call(*, hours_ago: float, workspace: str, agent: str, tokens: int, cost: str) -> None:
     from lessonboard.models import LLMCall
 
     LLMCall.objects.create(
-        created_at=timezone.now() - timedelta(hours=hours_ago),
+        created_at=NOW - timedelta(hours=hours_ago),
         purpose="lesson",
         model="fake-model",
         prompt_tokens=tokens - tokens // 4,
@@ -37,7 +42,6 @@ def _call(*, hours_ago: float, workspace: str, agent: str, tokens: int, cost: st
 def test_the_chart_stacks_tokens_per_hour_by_workspace_and_agent() -> None:
     from console import charts
 
-    now = timezone.now()
     _call(hours_ago=0.1, workspace="acme", agent="coder", tokens=400, cost="0.004")
     _call(hours_ago=0.2, workspace="acme", agent="coder", tokens=600, cost="0.006")
     _call(hours_ago=0.1, workspace="beta", agent="tester", tokens=300, cost="0.003")
@@ -45,7 +49,7 @@ def test_the_chart_stacks_tokens_per_hour_by_workspace_and_agent() -> None:
     _call(hours_ago=30, workspace="acme", agent="coder", tokens=9999, cost="9")  # outside 24 h
     for n in range(5):  # five small pairs: the fourth onwards stack as "all other"
         _call(hours_ago=1, workspace="w", agent=f"a{n}", tokens=10 + n, cost="0")
-    chart = charts.collect("24h", now=now).usage
+    chart = charts.collect("24h", now=NOW).usage
     assert chart is not None
     top = chart.series[0]
     assert (top.workspace, top.agent, top.tokens, top.cost, top.calls) == ("acme", "coder", 1000, Decimal("0.010"), 2)
