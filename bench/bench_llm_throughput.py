@@ -2,7 +2,13 @@
 `serve` starts it (``--pool threads``, LESSONBOARD_LLM_WORKER_THREADS) next to its anchor, today's one
 prefork worker of LESSONQ_WORKERS (2) processes; /healthz p95 from gunicorn meanwhile.
 
-    .venv/bin/python bench/bench_llm_throughput.py [N] [LATENCY] [THREADS] [modes: threads,prefork]
+    .venv/bin/python bench/bench_llm_throughput.py [N] [LATENCY] [THREADS] [modes: threads,prefork] [ANCHOR_N]
+    .venv/bin/python bench/bench_llm_throughput.py 500 5 16 threads,prefork 40   # the 500 × 5 s run
+
+ANCHOR_N (default N) is how many triggers the prefork anchor gets: at 5 s an answer its 2 slots would take
+N × 5 / 2 s, so the long run gives it fewer and compares lessons/s. Each mode also prints the worker's CPU
+seconds per lesson (its processes' user + system time over the timed part, from /proc): what a lesson
+costs beyond the wait for the answer.
 
 Every trigger is a distinct task and yields a distinct lesson. The fake counts the calls in flight; the
 script samples them every 20 ms and prints the most and the mean while jobs ran, beside the physical
@@ -19,6 +25,7 @@ import time
 import urllib.request
 
 import bench_queue_env
+import psutil
 
 from lessonq.ingest import LessonRequest, enqueue
 from lessonq.models import Job
@@ -66,6 +73,19 @@ class Sampler(threading.Thread):
                     self.health_ms.append(5000.0)
 
 
+def worker_cpu(pid: int) -> float:
+    """User + system CPU seconds of a worker process and its children (prefork's pool) so far."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def run(mode: str, n: int, latency: float, threads: int, fake: FakeOpenAIServer, web: Gunicorn) -> dict[str, float]:
     from django.conf import settings
 
@@ -93,6 +113,7 @@ def run(mode: str, n: int, latency: float, threads: int, fake: FakeOpenAIServer,
         wait_for(lambda: Job.objects.filter(pk__in=warm, state="succeeded").count() == 4, timeout=120, what="warm-up")
         fake.latency = latency
         fake.max_in_flight = 0
+        cpu_before = worker_cpu(worker.pid)
         sampler = Sampler(fake, web.url + "/healthz")
         sampler.start()
         t0 = time.perf_counter()
@@ -107,6 +128,7 @@ def run(mode: str, n: int, latency: float, threads: int, fake: FakeOpenAIServer,
             what="jobs",
         )
         elapsed = time.perf_counter() - t0
+        cpu = worker_cpu(worker.pid) - cpu_before
         sampler.stopped.set()
         sampler.join()
     finally:
@@ -114,6 +136,7 @@ def run(mode: str, n: int, latency: float, threads: int, fake: FakeOpenAIServer,
     busy = [v for v in sampler.in_flight if v > 0] or [0]
     mean_in_flight = statistics.mean(busy)
     return {
+        "n": n,
         "elapsed": elapsed,
         "lessons_per_s": n / elapsed,
         "max_in_flight": fake.max_in_flight,
@@ -121,6 +144,7 @@ def run(mode: str, n: int, latency: float, threads: int, fake: FakeOpenAIServer,
         "limit": n * latency / max(fake.max_in_flight, 1),
         "healthz_p95": bench_queue_env.percentile(sampler.health_ms, 95),
         "healthz_n": len(sampler.health_ms),
+        "cpu_ms_per_lesson": cpu * 1000 / n,
         "dead": Job.objects.filter(pk__in=ids, state="dead").count(),
     }
 
@@ -130,6 +154,7 @@ def main() -> None:
     latency = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
     threads = int(sys.argv[3]) if len(sys.argv) > 3 else 16
     modes = (sys.argv[4] if len(sys.argv) > 4 else "threads,prefork").split(",")
+    anchor_n = int(sys.argv[5]) if len(sys.argv) > 5 else n
     from django.conf import settings
 
     fake = FakeOpenAIServer().start()
@@ -148,19 +173,23 @@ def main() -> None:
     results = {}
     try:
         for mode in modes:
-            results[mode] = run(mode, n, latency, threads, fake, web)
+            results[mode] = run(mode, anchor_n if mode == "prefork" else n, latency, threads, fake, web)
     finally:
         web.stop()
         fake.stop()
-    print(f"{n} distinct triggers, fake LLM answering in {latency:g} s, LESSONBOARD_LLM_CONCURRENCY {threads}")
+    print(f"fake LLM answering in {latency:g} s, LESSONBOARD_LLM_CONCURRENCY {threads}")
     for mode, r in results.items():
         label = f"threads worker ×{threads}" if mode == "threads" else f"prefork worker ×{settings.LESSONQ_WORKERS}"
         print(
-            f"{label:22}: {r['elapsed']:7.1f} s  {r['lessons_per_s']:6.2f} lessons/s  calls in flight max "
+            f"{label:22}: {r['n']:.0f} triggers {r['elapsed']:7.1f} s  {r['lessons_per_s']:6.2f} lessons/s  calls in flight max "
             f"{r['max_in_flight']:.0f} mean {r['mean_in_flight']:.1f}  physical limit N×latency/in-flight "
             f"{r['limit']:.1f} s ({r['max_in_flight'] / latency:.1f} lessons/s)  /healthz p95 "
-            f"{r['healthz_p95']:.1f} ms over {r['healthz_n']} probes  dead {r['dead']}"
+            f"{r['healthz_p95']:.1f} ms over {r['healthz_n']} probes  worker CPU {r['cpu_ms_per_lesson']:.1f} ms/lesson  "
+            f"dead {r['dead']}"
         )
+    if "threads" in results and "prefork" in results:
+        ratio = results["threads"]["lessons_per_s"] / results["prefork"]["lessons_per_s"]
+        print(f"threads / prefork anchor (lessons/s, same run): {ratio:.2f}×")
 
 
 if __name__ == "__main__":

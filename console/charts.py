@@ -3,7 +3,8 @@ lines carry CSS classes), like the refine page's similarity chart.
 
 Hourly series over a window (24 h or 7 d): triggers accepted, lessons made, jobs that died, retries
 (attempts after the first), proposals decided by people and by the gates; the queue depth sampled
-across the window; the top error groups. Each series is one GROUP BY query on an indexed timestamp.
+across the window; the top error groups; LLM tokens and cost per workspace and agent. Each series is one
+GROUP BY query on an indexed timestamp.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
@@ -151,11 +153,146 @@ def queue_depth(samples: list[datetime]) -> list[int]:
 
 
 @dataclass(frozen=True)
+class Segment:
+    x: float
+    y: float
+    width: float
+    height: float
+    series: int  # the legend row it belongs to (CSS class stack-<n>)
+    label: str  # hour, workspace / agent and tokens, for the tooltip
+
+
+@dataclass(frozen=True)
+class UsageSeries:
+    index: int
+    workspace: str
+    agent: str
+    tokens: int
+    cost: Decimal
+    calls: int
+
+    @property
+    def label(self) -> str:
+        if self.index == OTHER:
+            return "all other workspaces and agents"
+        return f"{self.workspace or '(no workspace)'} / {self.agent or '(no agent)'}"
+
+
+@dataclass(frozen=True)
+class UsageChart:
+    """LLM tokens per hour, stacked by workspace and agent (the top USAGE_SERIES, then the rest), with the
+    legend's tokens and cost over the window (lessonboard.llm.usage records every call)."""
+
+    segments: list[Segment]
+    series: list[UsageSeries]
+    total_tokens: int
+    total_cost: Decimal
+    peak: int
+    y_ticks: list[tuple[float, int]]
+    x_ticks: list[tuple[float, str]]
+    width: int = WIDTH
+    height: int = HEIGHT
+
+    @property
+    def plot_bottom(self) -> int:
+        return self.height - PAD_BOTTOM
+
+    @property
+    def plot_left(self) -> int:
+        return PAD_LEFT
+
+    @property
+    def plot_right(self) -> int:
+        return self.width
+
+
+USAGE_SERIES = 4  # workspace/agent pairs with a colour of their own; the rest stack as one
+OTHER = USAGE_SERIES
+
+
+def _round_top(peak: int) -> int:
+    """A round top for a y axis of any size (1, 2 or 5 times a power of ten)."""
+    magnitude = 1
+    while True:
+        for factor in (1, 2, 5):
+            if peak <= factor * magnitude:
+                return factor * magnitude
+        magnitude *= 10
+
+
+def usage_chart(buckets: list[datetime]) -> UsageChart:
+    """Tokens per hour per workspace and agent, one GROUP BY on LLMCall's indexed ``created_at``."""
+    from lessonboard.models import LLMCall
+
+    rows = list(
+        LLMCall.objects.filter(created_at__gte=buckets[0])
+        .annotate(hour=TruncHour("created_at"))
+        .order_by()
+        .values("hour", "workspace", "agent")
+        .annotate(tokens=Sum(F("prompt_tokens") + F("completion_tokens")), cost=Sum("cost"), calls=Count("id"))
+    )
+    totals: dict[tuple[str, str], list[Any]] = {}
+    for row in rows:
+        entry = totals.setdefault((row["workspace"], row["agent"]), [0, Decimal(0), 0])
+        entry[0] += row["tokens"] or 0
+        entry[1] += row["cost"] or Decimal(0)
+        entry[2] += row["calls"]
+    ranked = sorted(totals, key=lambda pair: (-totals[pair][0], pair))
+    index = {pair: min(i, OTHER) for i, pair in enumerate(ranked)}
+    series = [UsageSeries(i, *pair, *totals[pair]) for i, pair in enumerate(ranked[:USAGE_SERIES])]
+    rest = ranked[USAGE_SERIES:]
+    if rest:
+        series.append(
+            UsageSeries(
+                OTHER,
+                "",
+                "",
+                sum(totals[p][0] for p in rest),
+                sum((totals[p][1] for p in rest), Decimal(0)),
+                sum(totals[p][2] for p in rest),
+            )
+        )
+    position = {hour: i for i, hour in enumerate(buckets)}
+    stacks = [[0] * (USAGE_SERIES + 1) for _ in buckets]
+    for row in rows:
+        i = position.get(row["hour"])
+        if i is not None:
+            stacks[i][index[(row["workspace"], row["agent"])]] += row["tokens"] or 0
+    plot_w, plot_h = WIDTH - PAD_LEFT, HEIGHT - PAD_BOTTOM - PAD_TOP
+    step = plot_w / max(1, len(buckets))
+    peak = max((sum(stack) for stack in stacks), default=0)
+    top = _round_top(peak)
+    labels = {s.index: s.label for s in series}
+    segments = []
+    for i, (stack, hour) in enumerate(zip(stacks, buckets, strict=True)):
+        base = float(PAD_TOP + plot_h)
+        when = timezone.localtime(hour).strftime("%Y-%m-%d %H:00")
+        for n, tokens in enumerate(stack):
+            if not tokens:
+                continue
+            h = plot_h * tokens / top
+            base -= h
+            label = f"{when}: {labels.get(n, '')}, {tokens} tokens"
+            segments.append(Segment(PAD_LEFT + i * step + step * 0.1, base, step * 0.8, h, n, label))
+    y_ticks = [(PAD_TOP + plot_h * (1 - f), int(top * f)) for f in (0.0, 1.0)]
+    return UsageChart(
+        segments,
+        series,
+        sum(s.tokens for s in series),
+        sum((s.cost for s in series), Decimal(0)),
+        peak,
+        y_ticks,
+        _x_ticks(buckets, PAD_LEFT, step),
+    )
+
+
+@dataclass(frozen=True)
 class Charts:
     window: str
     bars: list[BarChart]
     depth: BarChart
     top_groups: list[dict[str, Any]]
+    usage: UsageChart | None = None
 
 
 CHARTS_TTL = 20  # seconds: every open Overview polls the charts; they are shared between viewers
@@ -192,4 +329,4 @@ def _collect(window: str, now: datetime) -> Charts:
     groups = triage.error_groups(limit=5)
     widest = max((g.total for g in groups), default=0)
     top = [{"group": g, "percent": round(100 * g.total / widest) if widest else 0} for g in groups]
-    return Charts(window, bars, depth, top)
+    return Charts(window, bars, depth, top, usage_chart(buckets))

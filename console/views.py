@@ -9,7 +9,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from console import charts, dependencies, firstrun, inbox, quality
 from lessonboard import breaker, llm, overview, pauses
-from lessonboard.llm import ratelimit
+from lessonboard.llm import limiter, ratelimit
 from lessonboard.models import AuditEvent, WorkerHeartbeat
 from lessonboard.permissions import needs_role, require_perm, view_required
 from lessonboard.tasks import heartbeat
@@ -24,6 +24,7 @@ def _overview_context(request: HttpRequest) -> dict[str, object]:
         "llm_status": llm.status_text(),
         "llm_outage": breaker.outage(),
         "llm_pause": ratelimit.current(),
+        "llm_concurrency": limiter.states() if llm.is_configured() else [],
         "can_operate": request.user.has_perm("lessonboard.operate_queue"),
         "queues": pauses.states(),
         **_nodes_context(),

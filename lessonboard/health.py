@@ -80,15 +80,17 @@ def check_children() -> tuple[bool, str]:
 def check_llm() -> tuple[bool, str]:
     """Advisory: an unreachable LLM degrades lessonboard (that work waits) but it stays ready."""
     from lessonboard import breaker, llm
-    from lessonboard.llm import ratelimit
+    from lessonboard.llm import limiter, ratelimit
 
     outage = breaker.outage()
     if outage is not None:
         return False, f"degraded: {outage.text} ({outage.failures} consecutive failures; work that needs it waits)"
+    cut = limiter.cut_text()
     pause = ratelimit.current()
     if pause is not None:
-        return False, f"degraded: {pause.text} (calls resume in {pause.seconds():.0f} s; work that needs it waits)"
-    return True, llm.status_text()
+        text = f"degraded: {pause.text} (calls resume in {pause.seconds():.0f} s; work that needs it waits)"
+        return False, f"{text}; {cut}" if cut else text
+    return True, f"{llm.status_text()}; {cut}" if cut else llm.status_text()
 
 
 def check_pauses() -> tuple[bool, str]:

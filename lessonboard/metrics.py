@@ -43,6 +43,10 @@ LLM_COST = Counter(
     "Cost of LLM chat calls from LESSONBOARD_LLM_PRICES, by purpose and model.",
     ["purpose", "model"],
 )
+LLM_CONCURRENCY_CUTS = Counter(
+    "lessonboard_llm_concurrency_cuts_total",
+    "Times the node's adaptive LLM concurrency was cut (a rate-limit answer or a timeout).",
+)
 LLM_RATE_LIMITS = Counter(
     "lessonboard_llm_rate_limits_total", "Rate-limit answers from the LLM (429, or 503 with Retry-After)."
 )

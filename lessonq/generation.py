@@ -6,27 +6,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lessonboard import llm
 from lessonboard.inputs import storable
-from lessonboard.llm import replies
+from lessonboard.llm import promptfiles, replies
 
-LESSON_SYSTEM_PROMPT = """You distill engineering lessons from a single AI agent attempt.
-Output a small XML-ish block and nothing else. A lesson must be general enough to help with similar
-future tasks: not a one-off fact, not a play-by-play of what happened.
-If there is nothing to learn (a trivial task, a transient network blip), reply exactly:
-<skip>nothing actionable</skip>
-Otherwise emit all four blocks, one line each. tags is a comma-separated list of 2-5 short lowercase
-keywords (hyphenated if needed).
-
-OUTPUT (verbatim shape):
-<situation>…</situation>
-<mistake>…</mistake>
-<correction>…</correction>
-<tags>tag1, tag2, tag3</tags>"""
+# The prompt is a versioned file (lessonboard.llm.promptfiles): a new wording is a new file and version.
+LESSON_PROMPT = promptfiles.load(Path(__file__).resolve().parent / "prompts", "lesson-v1")
+LESSON_SYSTEM_PROMPT = LESSON_PROMPT.text
 
 MAX_TOKENS = 600  # chatcli's lesson call
-PROMPT_VERSION = "lesson-v1"  # recorded on every call (lessonboard.llm.usage); a new wording is a new version
+PROMPT_VERSION = LESSON_PROMPT.version  # recorded on every call (lessonboard.llm.usage)
 ATTEMPT_LIMIT = 1500
 OUTCOME_LIMIT = 800
 # Not in chatcli, which sends the whole task: a trigger's task may be megabytes (the WAL accepts up to

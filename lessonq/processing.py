@@ -206,7 +206,7 @@ def run_attempt(job: Job, attempt: JobAttempt | None = None) -> str:
             purpose="lesson",
             workspace=job.workspace.slug if job.workspace is not None else "",
             agent=job.agent,
-            prompt="lesson",
+            prompt=generation.LESSON_PROMPT.name,
             version=generation.PROMPT_VERSION,
             job_id=job.id,
         ):

@@ -39,6 +39,7 @@ from django.db.models import Subquery
 from pgvector.django import CosineDistance
 
 from lessonboard import files, llm
+from lessonboard.llm import promptfiles
 from lessonboard.models import Workspace
 from lessons import embeddings, language
 from lessons.content import STOP_WORDS
@@ -50,12 +51,8 @@ log = logging.getLogger(__name__)
 BRANCHES = ("text", "vector", "tags")
 _WORD = re.compile(r"[^\W_]+(?:[-_.][^\W_]+)*")
 
-HYDE_SYSTEM = (
-    "You write the lesson an experienced engineer would have recorded after an AI coding agent failed at a "
-    "task like the one given. Reply with exactly three lines and nothing else:\n"
-    "LESSON: <the situation, one line>\nMISTAKE: <the likely mistake, one line>\n"
-    "CORRECTION: <what to do instead, one line>"
-)
+HYDE_PROMPT = promptfiles.load(Path(__file__).resolve().parent / "prompts", "hyde-v1")
+HYDE_SYSTEM = HYDE_PROMPT.text
 
 
 @dataclass
@@ -606,7 +603,7 @@ def fuse_scores(
 def hypothetical_lesson(task: str, *, workspace: str = "") -> str:
     from lessonboard.llm import usage
 
-    with usage.context(purpose="hyde", workspace=workspace, prompt="hyde", version="hyde-v1"):
+    with usage.context(purpose="hyde", workspace=workspace, prompt=HYDE_PROMPT.name, version=HYDE_PROMPT.version):
         result = llm.chat(
             [{"role": "system", "content": HYDE_SYSTEM}, {"role": "user", "content": f"TASK:\n{task}"}],
             max_tokens=300,

@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from django.conf import settings
 
 from lessonboard import llm
 from lessonboard.inputs import storable
-from lessonboard.llm import replies
+from lessonboard.llm import promptfiles, replies
 
 DIRECTIVE = "[REFINE_DRAFT]"
 DEFAULT_TASK = "Improve the quality and accuracy of the following draft."
@@ -23,24 +24,8 @@ NO_MATERIAL_ISSUES = "no material issues"
 
 # Our own words for chatcli's defaultRefinerPrompt: docs/compat/chatcli.md#refiner-protocol records what it
 # asks for, not its wording.
-SYSTEM_PROMPT = """You are a careful reviewer and editor. You receive a task and a draft answer to it.
-
-First, critique the draft privately in 3 to 6 short bullets: logical gaps, factual errors, vague claims,
-missing edge cases, and tone problems.
-Then write a revised answer that addresses every bullet while keeping the parts that were already
-correct. Keep the draft's format (markdown, code, lists, length) unless a bullet asks for a change.
-
-Answer with exactly two blocks and nothing else:
-<critique>
-- first issue
-- second issue
-</critique>
-<revised>
-the full revised answer
-</revised>
-
-If the draft is already excellent, repeat it verbatim inside <revised> and write "no material issues"
-in <critique>. Never invent requirements the task does not state. Never refer to "the user"."""
+REFINER_PROMPT = promptfiles.load(Path(__file__).resolve().parent / "prompts", "refiner-v1")
+SYSTEM_PROMPT = REFINER_PROMPT.text
 
 Complete = Callable[[list[dict[str, str]]], llm.ChatResult]
 

@@ -19,7 +19,7 @@ from refine import metrics
 from refine.convergence import Checker, process_cascade
 from refine.models import AgentRefineMode, RefineMode, RefinePass, RefineRun, RunStatus
 from refine.passes import PassRecord, RefineConfig, RefinerFn, run_passes, skip_reason
-from refine.refiner import Refiner
+from refine.refiner import REFINER_PROMPT, Refiner
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,11 @@ def execute_run(
 
     try:
         with usage.context(
-            purpose="refine", agent=run.agent, prompt="refine", version="refiner-v1", refine_run_id=run.pk
+            purpose="refine",
+            agent=run.agent,
+            prompt=REFINER_PROMPT.name,
+            version=REFINER_PROMPT.version,
+            refine_run_id=run.pk,
         ):
             result = run_passes(
                 task=run.task,

@@ -134,14 +134,19 @@ def fake_openai_server() -> Iterator[FakeOpenAIServer]:
 
 @pytest.fixture
 def fake_openai(fake_openai_server: FakeOpenAIServer, settings: Any) -> Iterator[FakeOpenAIServer]:
-    """The fake server, reset, and the gateway's settings pointing at it."""
+    """The fake server, reset, and the gateway's settings pointing at it; the node's adaptive limit for
+    its model back at the ceiling (a test's 429s must not cut the next test's concurrency)."""
+    from lessonboard.llm import limiter
+
     fake_openai_server.reset()
     settings.LLM_BASE_URL = fake_openai_server.url
     settings.LLM_MODEL = fake_openai_server.model
     settings.LLM_API_KEY = "sk-test"
     settings.LLM_TIMEOUT = 5.0
+    limiter.reset(fake_openai_server.model)
     yield fake_openai_server
     fake_openai_server.reset()
+    limiter.reset(fake_openai_server.model)
 
 
 # --- the test database ----------------------------------------------------------------------------------

@@ -217,7 +217,7 @@ def probe(*, now: datetime | None = None) -> str:
     if not claimed:
         return "open" if is_open() else "closed"
     try:
-        with usage.context(purpose="probe", prompt="ping", version="ping-v1"):
+        with usage.context(purpose="probe", prompt="ping", version="ping-v1"):  # lessonboard/llm/prompts/ping-v1.txt
             _probe_call["ping"](timeout=settings.LLM_BREAKER_PROBE_TIMEOUT)
     except LLMRateLimited as exc:
         # Reachable, but a rate limit is no answer: the breaker stays open until a probe is answered.

@@ -22,12 +22,13 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import openai
 from django.conf import settings
 
-from lessonboard.llm import limiter, ratelimit
+from lessonboard.llm import limiter, promptfiles, ratelimit
 from lessonboard.llm import usage as usage_log
 from lessonboard.llm.errors import (
     LLMError,
@@ -40,6 +41,7 @@ from lessonboard.llm.errors import (
 )
 
 TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
+PING_PROMPT = promptfiles.load(Path(__file__).resolve().parent / "prompts", "ping-v1")  # the breaker's probe
 T = TypeVar("T")
 
 
@@ -157,18 +159,24 @@ def chat(
     chosen = model
 
     def create() -> Any:
-        try:
-            with limiter.slot(chosen):  # one of the node's LLM_CONCURRENCY slots for the call's length
-                return api.chat.completions.create(
+        # One of the node's slots for the call's length; its outcome adapts the node's limit (AIMD).
+        with limiter.slot(chosen) as held:
+            try:
+                response = api.chat.completions.create(
                     model=chosen,
                     messages=messages,  # type: ignore[arg-type]
                     max_tokens=max_tokens or settings.LLM_MAX_TOKENS,
                     temperature=settings.LLM_TEMPERATURE if temperature is None else temperature,
                 )
-        except openai.OpenAIError as exc:
-            raise classify(exc) from exc
-        except ValueError as exc:  # the client decodes the body itself: a garbled one surfaces as ValueError
-            raise TransientLLMError(f"malformed chat response from provider: {exc}") from exc
+            except openai.OpenAIError as exc:
+                error = classify(exc)
+                if isinstance(error, LLMRateLimited) or isinstance(exc, openai.APITimeoutError):
+                    held.outcome = "overload"
+                raise error from exc
+            except ValueError as exc:  # the client decodes the body itself: a garbled one surfaces as ValueError
+                raise TransientLLMError(f"malformed chat response from provider: {exc}") from exc
+            held.outcome = "answered"
+            return response
 
     started = time.monotonic()
     try:
@@ -232,7 +240,8 @@ def embed(texts: list[str], *, model: str, timeout: float | None = None) -> list
 
 def ping(*, timeout: float) -> ChatResult:
     """The breaker's probe: the smallest chat call the endpoint must answer."""
-    return chat([{"role": "user", "content": "ping"}], max_tokens=1, temperature=0.0, timeout=timeout, probe=True)
+    text = PING_PROMPT.text
+    return chat([{"role": "user", "content": text}], max_tokens=1, temperature=0.0, timeout=timeout, probe=True)
 
 
 def classify(exc: BaseException) -> LLMError:

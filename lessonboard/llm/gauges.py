@@ -10,7 +10,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from lessonboard.llm import breaker, ratelimit
+from lessonboard.llm import breaker, limiter, ratelimit
 
 
 class LLMBreakerCollector(Collector):
@@ -42,3 +42,19 @@ class LLMBreakerCollector(Collector):
             "How long the LLM has been rate-limiting without an answer in between (0 when not).",
             value=(now - pause.since).total_seconds() if pause is not None else 0.0,
         )
+        allowed = GaugeMetricFamily(
+            "lessonboard_llm_concurrency_allowed",
+            "LLM calls the node may have in flight now, by model (adaptive: cut on 429s and timeouts, grown "
+            "back on answers; at most lessonboard_llm_concurrency_max).",
+            labels=["model"],
+        )
+        ceiling = GaugeMetricFamily(
+            "lessonboard_llm_concurrency_max",
+            "The configured ceiling of LLM calls in flight per node, by model (LESSONBOARD_LLM_CONCURRENCY).",
+            labels=["model"],
+        )
+        for model in limiter.known_models():
+            allowed.add_metric([model], limiter.allowed_exact(model))
+            ceiling.add_metric([model], limiter.limit_for(model))
+        yield allowed
+        yield ceiling

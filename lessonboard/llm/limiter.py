@@ -6,6 +6,16 @@ with ``flock`` for the length of one call: the kernel drops a dead process's loc
 slot), every process of the machine sees the same slots, and taking one is a few system calls, with no
 database round trip. A worker's call waits for a slot (up to LLM_SLOT_WAIT); a web request never waits
 (``no_wait``): a full node answers it at once with ``LLMSaturated`` (the API says 503 with Retry-After).
+
+The number of slots a caller may take adapts (AIMD, as TCP finds a link's capacity): it starts at the
+configured limit (the ceiling); every answered call adds ``INCREASE / allowed`` (one slot more per
+``allowed`` answers), every rate-limit answer (429, 503 + Retry-After) or timeout multiplies it by ``DECREASE``, never
+below ``FLOOR``. Only a call that started after the last cut can cut again, so the 16 rate-limit answers of
+one burst halve the limit once, not sixteen times. The value lives in ``<slot dir>/aimd`` (a float and the
+time of the last cut), rewritten whole with ``os.replace`` under ``flock`` on ``aimd.lock``: every process
+of the node reads the same limit, a killed writer leaves the old value or the new one, never half a file,
+and the kernel drops its lock. Held slots above a lowered limit finish their call; new callers only take
+slots below it. The healthy path at the ceiling writes nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ from __future__ import annotations
 import contextvars
 import fcntl
 import hashlib
+import logging
 import os
 import random
 import time
@@ -23,6 +34,8 @@ from pathlib import Path
 from django.conf import settings
 
 from lessonboard.llm.errors import LLMSaturated
+
+log = logging.getLogger(__name__)
 
 
 class NoWait:
@@ -35,7 +48,28 @@ _NO_WAIT: contextvars.ContextVar[NoWait | None] = contextvars.ContextVar("llm_no
 RETRY_AFTER = 1  # seconds a refused web request is told to wait
 
 
-__all__ = ["LLMSaturated", "NoWait", "in_use", "limit_for", "no_wait", "saturated", "slot"]
+INCREASE = 1.0  # slots added per window of answered calls (each answer adds INCREASE / whole allowed)
+DECREASE = 0.5  # the allowed slots are multiplied by this on a rate-limit answer or a timeout
+FLOOR = 1  # never fewer slots than this
+
+__all__ = [
+    "Held",
+    "LLMSaturated",
+    "NoWait",
+    "allowed",
+    "allowed_exact",
+    "answered",
+    "cut_text",
+    "in_use",
+    "known_models",
+    "limit_for",
+    "no_wait",
+    "overloaded",
+    "reset",
+    "saturated",
+    "slot",
+    "states",
+]
 
 
 def limit_for(model: str) -> int:
@@ -78,9 +112,100 @@ def _try_take(folder: Path, limit: int) -> int | None:
     return None
 
 
+def _state(folder: Path, ceiling: int) -> tuple[float, float]:
+    """The adaptive limit ``(allowed, last cut as a Unix time)``; the ceiling when none was written."""
+    try:
+        value, _, cut = (folder / "aimd").read_text().partition(" ")
+        allowed, cut_at = float(value), float(cut or 0)
+    except (OSError, ValueError):
+        return float(ceiling), 0.0
+    return min(max(allowed, float(FLOOR)), float(ceiling)), cut_at
+
+
+def _write(folder: Path, allowed: float, cut_at: float) -> None:
+    tmp = folder / f".aimd.{os.getpid()}.tmp"
+    tmp.write_text(f"{allowed!r} {cut_at!r}")
+    os.replace(tmp, folder / "aimd")
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / "aimd.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def allowed(model: str) -> int:
+    """How many of the node's slots for ``model`` a caller may take now (the adaptive limit, whole)."""
+    ceiling = limit_for(model)
+    return max(int(_state(slot_dir(model), ceiling)[0]), FLOOR)
+
+
+def allowed_exact(model: str) -> float:
+    """The adaptive limit with its fraction (for the gauge and tests)."""
+    return _state(slot_dir(model), limit_for(model))[0]
+
+
+def answered(model: str) -> None:
+    """A call was answered: additive increase, up to the ceiling (nothing written at the ceiling)."""
+    ceiling, folder = limit_for(model), slot_dir(model)
+    if _state(folder, ceiling)[0] >= ceiling:
+        return
+    with _locked(folder):
+        value, cut_at = _state(folder, ceiling)
+        if value < ceiling:
+            window = max(int(value), FLOOR)  # one slot more per ``window`` answers at this limit
+            grown = value + INCREASE / window
+            if abs(grown - round(grown)) < 1e-6:  # 3 + 1/3 + 1/3 + 1/3 makes 4, not 3.999…
+                grown = float(round(grown))
+            _write(folder, min(grown, float(ceiling)), cut_at)
+
+
+def overloaded(model: str, started: float) -> None:
+    """A call that started at ``started`` (Unix time) got a rate-limit answer or timed out: multiplicative
+    decrease, unless a cut already happened after it started (one burst cuts once)."""
+    from lessonboard.metrics import LLM_CONCURRENCY_CUTS
+
+    ceiling, folder = limit_for(model), slot_dir(model)
+    with _locked(folder):
+        value, cut_at = _state(folder, ceiling)
+        if started < cut_at:
+            return
+        _write(folder, max(value * DECREASE, float(FLOOR)), time.time())
+    LLM_CONCURRENCY_CUTS.inc()
+
+
+def known_models() -> list[str]:
+    """The models this node is configured to call (the gauges report one series each)."""
+    names = [settings.LLM_MODEL, getattr(settings, "REFINE_MODEL", "")]
+    names += [item.partition("=")[0].strip() for item in settings.LLM_CONCURRENCY_BY_MODEL]
+    return list(dict.fromkeys(name for name in names if name))
+
+
+def states() -> list[tuple[str, int, int]]:
+    """``(model, allowed, ceiling)`` for every model this node is configured to call."""
+    return [(model, allowed(model), limit_for(model)) for model in known_models()]
+
+
+def cut_text() -> str:
+    """Which models run below their ceiling now ("" when none): for /readyz and the Overview."""
+    cut = [f"{model}: {now} of {ceiling} calls in flight allowed" for model, now, ceiling in states() if now < ceiling]
+    return "adaptive concurrency cut after rate limits or timeouts — " + "; ".join(cut) if cut else ""
+
+
+def reset(model: str) -> None:
+    """Forget the adaptive limit for ``model``: back to the ceiling (tests; a node's fresh start keeps it)."""
+    with _locked(slot_dir(model)):
+        (slot_dir(model) / "aimd").unlink(missing_ok=True)
+
+
 def saturated(model: str) -> bool:
-    """Every slot for ``model`` is held now (a web request checks before it starts anything)."""
-    return in_use(model) >= limit_for(model)
+    """Every slot a caller may take for ``model`` is held now (a web request checks before it starts)."""
+    return in_use(model) >= allowed(model)
 
 
 def in_use(model: str) -> int:
@@ -101,13 +226,24 @@ def in_use(model: str) -> int:
     return taken
 
 
+class Held:
+    """A slot held for one call: the gateway marks it ``overload`` on a rate-limit answer or a timeout,
+    ``answered`` when the endpoint answered; the slot adapts the limit when it is given back."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.started = time.time()
+        self.outcome = ""  # "answered", "overload" or "" (another error: the limit stays)
+
+
 @contextmanager
-def slot(model: str, *, wait: float | None = None) -> Iterator[None]:
+def slot(model: str, *, wait: float | None = None) -> Iterator[Held]:
     """Hold one of the node's slots for ``model`` for the length of the block; ``LLMSaturated`` when none
-    frees within ``wait`` seconds (0 inside ``no_wait``; LLM_SLOT_WAIT by default)."""
+    frees within ``wait`` seconds (0 inside ``no_wait``; LLM_SLOT_WAIT by default). The ``Held`` handed
+    back carries the call's outcome, which adapts the limit (AIMD) when the block ends."""
     from lessonboard.metrics import LLM_CALLS_IN_FLIGHT, LLM_SATURATED
 
-    limit = limit_for(model)
+    limit = allowed(model)
     folder = slot_dir(model)
     folder.mkdir(parents=True, exist_ok=True)
     guard = _NO_WAIT.get()
@@ -124,10 +260,19 @@ def slot(model: str, *, wait: float | None = None) -> Iterator[None]:
             raise LLMSaturated(f"all {limit} LLM call slots of this node for {model} are in use; try again shortly")
         time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
         pause = min(pause * 2, 0.1)
+        limit = allowed(model)  # the limit may have grown (or shrunk) while this caller waited
         fd = _try_take(folder, limit)
     LLM_CALLS_IN_FLIGHT.inc()
+    held = Held(model)
     try:
-        yield
+        yield held
     finally:
         LLM_CALLS_IN_FLIGHT.dec()
         os.close(fd)  # closing the last descriptor releases the lock
+        try:
+            if held.outcome == "overload":
+                overloaded(model, held.started)
+            elif held.outcome == "answered":
+                answered(model)
+        except OSError as exc:  # bookkeeping: the call's own outcome stands
+            log.warning("llm limiter: cannot adapt the limit for %s: %s", model, exc)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lessonboard import inputs, llm
-from lessonboard.llm import replies
+from lessonboard.llm import promptfiles, replies
 from lessonboard.models import Workspace
 from lessons.review import memory
 from lessons.review.learning import Proposed
@@ -30,7 +30,7 @@ class ProposerError(Exception):
 
 
 def system_prompt(workspace: Workspace, *, version: str = PROMPT_VERSION) -> str:
-    template = (PROMPT_DIR / f"{version}.md").read_text(encoding="utf-8")
+    template = promptfiles.load(PROMPT_DIR, version)
     values: dict[str, Any] = {}
     for target in memory.TARGETS:
         entries = memory.entries_of(workspace, target)

@@ -23,11 +23,22 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 def fake_openai(settings: Any) -> Any:
     """A fake model of these tests' own: they count every call in flight, and the session's shared fake may
     also be answering another worker of this test process (an outage test's late retries, say)."""
+    from lessonboard.llm import limiter
+
     server = FakeOpenAIServer().start()
     settings.LLM_BASE_URL, settings.LLM_MODEL, settings.LLM_API_KEY = server.url, server.model, "sk-test"
     settings.LLM_TIMEOUT = 5.0
+    limiter.reset(server.model)  # a port used before must not bring an earlier test's adaptive limit along
     yield server
     server.stop()
+    limiter.reset(server.model)
+
+
+# The workers share the test's data directory, hence its broker: a worker given a data directory of its
+# own consumes a broker of its own, and the test's sweeps (``settle``) publish where no worker reads. The
+# node's LLM slots are keyed by the fake's URL, so these tests' slots are their own all the same. The
+# calls' timeout outlasts the fake's held answers, which the test releases (or kills the worker under).
+WORKER_ENV = {"LESSONQ_CAPACITY": "1000", "LESSONBOARD_LLM_TIMEOUT": "120s"}
 
 
 def _lesson_for(payload: dict[str, Any]) -> Reply:
@@ -48,7 +59,6 @@ def test_one_threads_worker_keeps_the_slots_full_and_runs_each_job_once(
     fake_openai: Any,
     lesson_worker: Any,
     settings: Any,
-    tmp_path: Path,
     threads: int,
     slots: int,
     expected: int,
@@ -56,13 +66,7 @@ def test_one_threads_worker_keeps_the_slots_full_and_runs_each_job_once(
     settings.LESSONQ_CAPACITY = 1000
     fake_openai.responder = _lesson_for
     fake_openai.latency = 60.0  # every answer waits until the test releases them
-    lesson_worker(
-        concurrency=threads,
-        pool="threads",
-        LESSONQ_CAPACITY="1000",
-        LESSONBOARD_LLM_CONCURRENCY=str(slots),
-        LESSONBOARD_DATA_DIR=str(tmp_path / "node"),
-    )
+    lesson_worker(concurrency=threads, pool="threads", LESSONBOARD_LLM_CONCURRENCY=str(slots), **WORKER_ENV)
     ids = _submit(24)
     wait_for(lambda: fake_openai.in_flight >= expected, timeout=60, what=f"{expected} LLM calls in flight")
     assert fake_openai.max_in_flight == expected  # never more than the slots, with threads to spare
@@ -82,7 +86,7 @@ def test_one_threads_worker_keeps_the_slots_full_and_runs_each_job_once(
 
 
 def test_kill_9_of_the_threads_worker_mid_calls_loses_nothing_and_duplicates_nothing(
-    queue_dir: Path, fake_openai: Any, lesson_worker: Any, settings: Any, tmp_path: Path
+    queue_dir: Path, fake_openai: Any, lesson_worker: Any, settings: Any
 ) -> None:
     import os
     import signal
@@ -92,7 +96,7 @@ def test_kill_9_of_the_threads_worker_mid_calls_loses_nothing_and_duplicates_not
     settings.LESSONQ_CAPACITY = 1000
     fake_openai.responder = _lesson_for
     fake_openai.latency = 60.0
-    env = {"LESSONQ_CAPACITY": "1000", "LESSONBOARD_DATA_DIR": str(tmp_path / "node"), "LESSONQ_JOB_TIMEOUT": "5s"}
+    env = {**WORKER_ENV, "LESSONQ_JOB_TIMEOUT": "5s"}
     worker = lesson_worker(concurrency=8, pool="threads", **env)
     ids = _submit(8)
     wait_for(lambda: fake_openai.in_flight == 8, timeout=60, what="8 LLM calls in flight")

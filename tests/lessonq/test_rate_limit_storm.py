@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from lessonboard.llm import limiter
 from lessonboard.models import LLMBreaker
 from lessonq.ingest import LessonRequest, enqueue
 from lessonq.models import Job, JobState
@@ -63,3 +64,6 @@ def test_a_storm_of_429s_is_waited_out_as_one_and_every_job_succeeds_after(
     row = LLMBreaker.objects.get(pk=settings.LLM_BASE_URL)
     assert row.rate_limit_hits == hits and row.rate_limits == 0 and row.paused_until is None
     assert row.state == "closed" and row.failures == 0
+    # The storm also cut the node's adaptive concurrency (the worker's cuts, read from this process): the
+    # answers since have grown it back part of the way, not yet to the ceiling (docs/operations.md#llm-aimd).
+    assert limiter.allowed(settings.LLM_MODEL) < limiter.limit_for(settings.LLM_MODEL)
