@@ -12,7 +12,7 @@ from pydantic import Field
 
 from lessonboard.api import ApiError, Described, api_view, check_workspace, json_body, named_workspace
 from lessonboard.models import AgentToken, AuditEvent, TokenScope, Workspace
-from lessonboard.pagination import keyset_page
+from lessonboard.pagination import decode_cursor, keyset_page
 from lessonboard.schemas import AgentName, OptionalSlug, RequestModel, ResponseModel, Says, Tags, validated
 from lessonboard.timeouts import statement_timeout
 from lessons import retrieval
@@ -593,6 +593,8 @@ def list_lessons(request: HttpRequest) -> JsonResponse:
     tags = [t.strip().lower() for t in body.tags or [] if t.strip()]
     status = "" if body.status == "any" else body.status
     filters = retrieval.Filters(workspace=slug, tags=tags, agent=body.agent or "", status=status, scope=body.scope)
+    if body.cursor and decode_cursor(body.cursor) is None:
+        raise ApiError("'cursor' is not a next_cursor this endpoint gave", field="cursor")
     queryset = filters.apply(Lesson.objects.select_related("workspace"))
     page = keyset_page(queryset, cursor=body.cursor, size=body.limit, time_field="created_at")
     return JsonResponse({"lessons": [lesson_json(lesson) for lesson in page.rows], "next_cursor": page.next_cursor})
