@@ -229,3 +229,51 @@ def test_sharing_from_the_lesson_page_needs_the_permission_and_a_csrf_token(
     assert client_as(bob).post(url, {"scope": "team"}).status_code == 302
     lesson.refresh_from_db()
     assert lesson.scope == "shared"
+
+
+# --- lessons drawn from a refine run or a dead job belong to the run's or the job's workspace ----------------
+def test_a_lesson_from_a_refine_run_is_found_by_an_agent_retrieving_in_the_runs_workspace(bob: Any) -> None:
+    from lessons.review.decisions import approve
+    from refine.models import RefinePass, RefineRun
+    from refine.runs import propose_lesson
+
+    billing = WorkspaceFactory(slug="billing")
+    run = RefineRun.objects.create(
+        task="summarise the invoice dispute", original_draft="d", final_output="o", status="done", agent="writer",
+        workspace=billing,
+    )  # fmt: skip
+    refine_pass = RefinePass.objects.create(
+        run=run, number=1, revised="r", similarity_to_original=0.5, best_similarity=0.5, decision="accept"
+    )
+    proposal = propose_lesson(
+        refine_pass,
+        situation="summarising an invoice dispute",
+        mistake="left out the disputed amount",
+        correction="state the disputed invoice amount and its due date first",
+        tags=["invoices"],
+        user=bob,
+    )
+    assert proposal is not None and proposal.workspace.slug == "billing"  # not a workspace named "refine"
+    approve(proposal.pk, bob)
+    lesson = Lesson.objects.get(correction__startswith="state the disputed invoice amount")
+    assert lesson.workspace.slug == "billing"  # type: ignore[union-attr]
+    found = bound("billing").post(RETRIEVE, {"task": "summarise the invoice dispute", "workspace": "billing"})
+    assert ids(found) == [lesson.pk]
+    WorkspaceFactory(slug="shop")
+    assert ids(bound("shop").post(RETRIEVE, {"task": "summarise the invoice dispute", "workspace": "shop"})) == []
+
+
+def test_a_lesson_from_a_dead_job_is_found_by_an_agent_retrieving_in_the_jobs_workspace(bob: Any, jobs: Any) -> None:
+    from lessonq.root_cause import draft_from_job, propose
+    from lessons.review.decisions import approve
+
+    shop = WorkspaceFactory(slug="shop")
+    job = jobs(task="migrate the orders table", error="permanent: lock timeout after 30s", workspace=shop)
+    draft = draft_from_job(job)
+    draft.correction = "add the orders column as nullable and backfill it in batches"
+    proposal = propose(draft, user=bob)
+    assert proposal is not None and proposal.workspace.slug == "shop"  # not "default"
+    approve(proposal.pk, bob)
+    lesson = Lesson.objects.get(correction__startswith="add the orders column")
+    assert lesson.workspace.slug == "shop"  # type: ignore[union-attr]
+    assert ids(bound("shop").post(RETRIEVE, {"task": "migrate the orders table", "workspace": "shop"})) == [lesson.pk]
