@@ -277,3 +277,40 @@ def test_a_lesson_from_a_dead_job_is_found_by_an_agent_retrieving_in_the_jobs_wo
     lesson = Lesson.objects.get(correction__startswith="add the orders column")
     assert lesson.workspace.slug == "shop"  # type: ignore[union-attr]
     assert ids(bound("shop").post(RETRIEVE, {"task": "migrate the orders table", "workspace": "shop"})) == [lesson.pk]
+
+
+def test_the_migration_moves_a_refine_lesson_from_the_proposal_workspace_to_its_runs(bob: Any) -> None:
+    import importlib
+
+    from django.apps import apps
+
+    from lessons.review.decisions import approve
+    from lessons.review.staging import stage_lesson
+    from refine.models import RefineRun
+
+    billing, fallback = WorkspaceFactory(slug="billing"), WorkspaceFactory(slug="refine")
+    run = RefineRun.objects.create(task="t", original_draft="d", final_output="o", status="done", workspace=billing)
+    loose = RefineRun.objects.create(task="t", original_draft="d", final_output="o", status="done")
+    staged = []
+    for each, correction in ((run, "quote the invoice number"), (loose, "quote the order number")):
+        # As the code before this change staged it: in the fallback workspace, whatever the run's.
+        origin = f"refine run {each.pk} pass 1"
+        staged.append(
+            stage_lesson(
+                fallback,
+                situation="s",
+                mistake="m",
+                correction=correction,
+                tags=[],
+                trigger="low_quality",
+                origin=origin,
+                summary=f"Lesson proposed from {origin}.\n\nTask: t",
+            )
+        )
+    for proposal in staged:
+        approve(proposal.pk, bob)  # type: ignore[union-attr]
+    migration = importlib.import_module("refine.migrations.0005_lessons_to_run_workspace")
+    migration.forwards(apps, None)
+    moved = Lesson.objects.get(correction="quote the invoice number")
+    kept = Lesson.objects.get(correction="quote the order number")
+    assert (moved.workspace, kept.workspace) == (billing, fallback)
