@@ -1,4 +1,4 @@
-"""Scopes (docs/lessons.md#scopes) and the memory API (docs/api.md#memory): a lesson belongs to a workspace
+"""Scopes (docs/lessons.md#scopes) and the memory API (docs/lessons.md#memory-api): a lesson belongs to a workspace
 or to the shared tier; retrieve searches the caller's workspace plus the shared tier, each hit saying which;
 every memory operation over the JSON API with a bound token's denials and the validation errors."""
 
