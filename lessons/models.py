@@ -89,7 +89,9 @@ class Lesson(models.Model):
     workspace = models.ForeignKey(Workspace, null=True, blank=True, on_delete=models.SET_NULL, related_name="lessons")
     # ``shared``: the team-wide tier, served to every workspace (its ``workspace`` stays the one it came
     # from, which alone may change it); ``workspace``: served in its own workspace only.
-    scope = models.CharField(max_length=16, choices=LessonScope.choices, default=LessonScope.WORKSPACE)
+    scope = models.CharField(
+        max_length=16, choices=LessonScope.choices, default=LessonScope.WORKSPACE, db_default=LessonScope.WORKSPACE
+    )
     agent = models.CharField(max_length=200, blank=True)
     # The JobID of the queue job that produced it (a string, not a FK: lessons do not depend on the queue).
     source_job_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL keeps the unique constraint partial

@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='lesson',
             name='scope',
-            field=models.CharField(choices=[('workspace', 'workspace'), ('shared', 'shared')], default='workspace', max_length=16),
+            field=models.CharField(choices=[('workspace', 'workspace'), ('shared', 'shared')], db_default='workspace', default='workspace', max_length=16),
         ),
         migrations.AlterField(
             model_name='lesson',
