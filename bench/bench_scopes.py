@@ -126,15 +126,13 @@ def main() -> None:
     def p(values: list[float], share: float) -> float:
         return statistics.quantiles(values, n=100)[int(share * 100) - 1]
 
-    anchor = statistics.median(times[""])
-    print("scope                 p50 ms   p95 ms   ratio p50 to anchor   hits")
+    anchor, anchor95 = statistics.median(times[""]), p(times[""], 0.95)
+    print("scope                       p50 ms   p95 ms   p50 / anchor   p95 / anchor   hits")
     for scope in SCOPES:
         label = scope or "(anchor) workspace alone"
         values = times[scope]
-        ratio = statistics.median(values) / anchor
-        print(
-            f"{label:<22}{statistics.median(values):7.1f}  {p(values, 0.95):7.1f}   {ratio:6.2f}×  {found[scope]:>10}"
-        )
+        p50, p95 = statistics.median(values), p(values, 0.95)
+        print(f"{label:<26}{p50:8.1f} {p95:8.1f}   {p50 / anchor:10.2f}x  {p95 / anchor95:12.2f}x  {found[scope]:>5}")
 
 
 if __name__ == "__main__":
