@@ -1,4 +1,5 @@
-"""Lessons API for agents: add a manual lesson, retrieve lessons (with chatcli's memory block)."""
+"""Lessons API for agents: add a manual lesson, retrieve lessons (with chatcli's memory block), and the rest of
+the memory API: get, list, update, archive/restore, delete (a tombstone), share, history."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ from pydantic import Field
 
 from lessonboard.api import ApiError, Described, api_view, check_workspace, json_body, named_workspace
 from lessonboard.models import AgentToken, AuditEvent, TokenScope, Workspace
-from lessonboard.pagination import keyset_page
+from lessonboard.pagination import decode_cursor, keyset_page
 from lessonboard.schemas import AgentName, OptionalSlug, RequestModel, ResponseModel, Says, Tags, validated
 from lessonboard.timeouts import statement_timeout
 from lessons import retrieval
 from lessons.language import clean_code
-from lessons.models import Lesson
+from lessons.models import Lesson, LessonScope, LessonStatus
 from lessons.rendering import lesson_json, memory_block
-from lessons.store import persist_lesson, persist_manual, record_use
+from lessons.store import edit_lesson, persist_lesson, persist_manual, record_use, set_scope, set_status
 from lessons.usage.log import record_retrieval
 from lessons.usage.outcomes import OutcomeError, report_outcome
 
@@ -27,6 +28,9 @@ MAX_K = 50
 
 Text = Annotated[str, Field(max_length=MAX_TEXT)]
 RequiredText = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
+Scope = Annotated[Literal["all", "workspace", "shared"], Says("'scope' must be all, workspace or shared")]
+LessonId = Annotated[int, Field(ge=1), Says("'id' must be a positive integer lesson id")]
+Reason = Annotated[str, Field(max_length=2000)]
 
 
 class _LessonCommon(RequestModel):
@@ -64,7 +68,18 @@ class RetrieveBody(RequestModel):
         "(HyDE calls the LLM in the request), false turns it off",
     )
     workspace: OptionalSlug | None = Field(None, description="required for a token bound to workspaces")
+    scope: Scope = Field(
+        "all",
+        description="all: the workspace's lessons and the shared tier; workspace: its own only; shared: the "
+        "shared tier only (docs/lessons.md#scopes)",
+    )
     agent: AgentName | None = None
+    agent_mode: Annotated[Literal["record", "only", "first"], Says("'agent_mode' must be record, only or first")] = (
+        Field(
+            "record",
+            description="record: the agent is only logged; only: lessons that agent learned; first: those first",
+        )
+    )
     tags: Tags | None = None
 
 
@@ -75,13 +90,44 @@ class GetLessonBody(RequestModel):
 
 class ListLessonsBody(RequestModel):
     workspace: OptionalSlug | None = Field(None, description="required for a token bound to workspaces")
+    scope: Scope = Field("all", description="as on retrieve: all, workspace or shared")
     status: Annotated[
-        Literal["active", "archived", "superseded", "any"], Says("'status' must be active, archived, superseded or any")
-    ] = "active"
+        Literal["active", "archived", "superseded", "deleted", "any"],
+        Says("'status' must be active, archived, superseded, deleted or any"),
+    ] = Field("active", description="any: every status but deleted (the tombstones are listed by deleted)")
     tags: Tags | None = Field(None, description="lessons having all of these tags")
     agent: AgentName | None = None
     cursor: Annotated[str, Field(max_length=200)] | None = Field(None, description="next_cursor of the page before")
     limit: Annotated[int, Field(ge=1, le=200), Says("'limit' must be an integer from 1 to 200")] = 50
+
+
+class UpdateLessonBody(RequestModel):
+    """The fields to change (at least one); the lesson gets a new version."""
+
+    id: LessonId
+    situation: RequiredText | None = None
+    mistake: Text | None = None
+    correction: RequiredText | None = None
+    tags: Tags | None = None
+    trigger: Annotated[str, Field(min_length=1, max_length=50)] | None = None
+    lang: Annotated[str, Field(max_length=16)] | None = Field(None, description="ISO 639-1; empty: detected")
+    confidence: Annotated[float, Field(ge=0, le=1), Says("'confidence' must be a number between 0 and 1")] | None = None
+    reason: Reason = ""
+
+
+class LessonActionBody(RequestModel):
+    id: LessonId
+    reason: Reason = ""
+
+
+class LessonScopeBody(RequestModel):
+    id: LessonId
+    scope: Annotated[Literal["shared", "workspace"], Says("'scope' must be shared or workspace")]
+    reason: Reason = ""
+
+
+class HistoryBody(RequestModel):
+    id: LessonId
 
 
 class OutcomeBody(RequestModel):
@@ -109,7 +155,8 @@ class LessonOut(ResponseModel):
     last_seen: str | None = None
     score: float
     status: str
-    workspace: str | None
+    scope: str = Field(description="workspace (served in its workspace) or shared (served in every workspace)")
+    workspace: str | None = Field(description="the workspace it belongs to (a shared lesson's: where it came from)")
     agent: str
     source_job_id: str | None
     created_at: str
@@ -147,6 +194,17 @@ class LessonVersionOut(ResponseModel):
 class LessonWithHistory(ResponseModel):
     lesson: LessonOut
     versions: list[LessonVersionOut] | None = Field(None, description='with "history": true, newest first')
+
+
+class LessonChanged(ResponseModel):
+    lesson: LessonOut
+    changed: bool = Field(description="false when the lesson already was so (no new version)")
+    version: int | None = Field(description="the number of the new version; null when nothing changed")
+
+
+class LessonHistory(ResponseModel):
+    lesson_id: int
+    versions: list[LessonVersionOut] = Field(description="newest first")
 
 
 class LessonPage(ResponseModel):
@@ -269,9 +327,13 @@ def retrieve(request: HttpRequest) -> JsonResponse:
         # A bound token reads its own workspaces only; "every workspace" is not one of them.
         raise ApiError("'workspace' is required for a token bound to workspaces", field="workspace")
     tags = [t.strip().lower() for t in body.tags or [] if t.strip()]
-    filters = retrieval.Filters(workspace=slug, tags=tags)
+    if body.agent_mode != "record" and not agent:
+        raise ApiError(f"'agent' is required with agent_mode {body.agent_mode!r}", field="agent")
+    only = agent if body.agent_mode == "only" else ""
+    filters = retrieval.Filters(workspace=slug, tags=tags, scope=body.scope, agent=only)
+    prefer = agent if body.agent_mode == "first" else ""
     with statement_timeout("retrieve"):
-        result = retrieval.search(task, k=k, filters=filters, hyde=hyde)
+        result = retrieval.search(task, k=k, filters=filters, hyde=hyde, prefer_agent=prefer)
     if body.hyde and not hyde:
         result.explanation["hyde"] = {"refused": "LESSONBOARD_RETRIEVAL_HYDE is off on this server"}
     lessons: list[Lesson] = [hit.lesson for hit in result.hits]
@@ -303,27 +365,213 @@ def get_lesson(request: HttpRequest) -> JsonResponse:
     workspaces: any other lesson (another workspace's, or one of no workspace) is 404, as a missing one is."""
     body = validated(GetLessonBody, json_body(request, max_bytes=8 * 1024))
     token: AgentToken = request.agent_token  # type: ignore[attr-defined]
-    lesson = Lesson.objects.select_related("workspace").filter(pk=body.id).first()
-    visible = lesson is not None and (
-        not token.workspaces or (lesson.workspace is not None and token.may_name(lesson.workspace.slug))
-    )
-    if lesson is None or not visible:
-        raise ApiError(f"no lesson {body.id}", status=404, field="id")
+    lesson = _readable(token, body.id)
     answer: dict[str, Any] = {"lesson": lesson_json(lesson), "versions": None}
     if body.history:
-        answer["versions"] = [
-            {
-                "number": v.number,
-                "action": v.action,
-                "actor": v.actor,
-                "reason": v.reason,
-                "source_job_id": v.source_job_id,
-                "created_at": v.created_at.isoformat(),
-                "snapshot": v.snapshot,
-            }
-            for v in lesson.versions.order_by("-number")
-        ]
+        answer["versions"] = _versions(lesson)
     return JsonResponse(answer)
+
+
+def _versions(lesson: Lesson) -> list[dict[str, Any]]:
+    return [
+        {
+            "number": v.number,
+            "action": v.action,
+            "actor": v.actor,
+            "reason": v.reason,
+            "source_job_id": v.source_job_id,
+            "created_at": v.created_at.isoformat(),
+            "snapshot": v.snapshot,
+        }
+        for v in lesson.versions.order_by("-number")
+    ]
+
+
+def _owned_by_token(token: AgentToken, lesson: Lesson) -> bool:
+    return not token.workspaces or (lesson.workspace is not None and token.may_name(lesson.workspace.slug))
+
+
+def _readable(token: AgentToken, pk: int) -> Lesson:
+    """The lesson, when the token may read it: a shared lesson, or one of the token's workspaces (any lesson
+    for an unbound token). Any other is 404, as a missing one is: no answer tells that it exists."""
+    lesson = Lesson.objects.select_related("workspace").filter(pk=pk).first()
+    if lesson is None or not (lesson.scope == LessonScope.SHARED or _owned_by_token(token, lesson)):
+        raise ApiError(f"no lesson {pk}", status=404, field="id")
+    return lesson
+
+
+def _changeable(token: AgentToken, pk: int) -> Lesson:
+    """The lesson, when the token may change it: only its own workspace's may (a shared lesson too, which
+    belongs to the workspace it came from). A shared lesson of another workspace is 403 (it is visible);
+    anything else the token cannot see is 404."""
+    lesson = _readable(token, pk)
+    if not _owned_by_token(token, lesson):
+        raise ApiError(
+            f"lesson {pk} is shared from another workspace; only a token of that workspace may change it",
+            status=403,
+            field="id",
+        )
+    return lesson
+
+
+def _changed(lesson: Lesson, changed: bool) -> JsonResponse:
+    lesson = Lesson.objects.select_related("workspace").get(pk=lesson.pk)
+    number = lesson.versions.order_by("-number").values_list("number", flat=True).first() if changed else None
+    return JsonResponse({"lesson": lesson_json(lesson), "changed": changed, "version": number})
+
+
+UPDATABLE = ("situation", "mistake", "correction", "tags", "trigger", "lang", "confidence")
+
+
+@api_view(
+    TokenScope.FULL,
+    describe=Described(
+        "Update a lesson (a new version)", body=(UpdateLessonBody,), responses={200: LessonChanged}, errors=(404, 409)
+    ),
+)
+def update_lesson(request: HttpRequest) -> JsonResponse:
+    """``{id, situation, mistake, correction, tags, trigger, lang, confidence, reason}`` → the lesson after
+    the change, as a new version (the pages' edit). A deleted lesson is restored first (409)."""
+    body = validated(UpdateLessonBody, json_body(request, max_bytes=1024 * 1024))
+    token: AgentToken = request.agent_token  # type: ignore[attr-defined]
+    given = {name: getattr(body, name) for name in UPDATABLE if getattr(body, name) is not None}
+    if not given:
+        raise ApiError(f"nothing to change: give at least one of {', '.join(UPDATABLE)}", field="body")
+    if "lang" in given:
+        given["lang"] = _lang(given["lang"])
+    if "tags" in given:
+        given["tags"] = [t.strip().lower() for t in given["tags"] if t.strip()]
+    lesson = _changeable(token, body.id)
+    if lesson.status == LessonStatus.DELETED:
+        raise ApiError(f"lesson {body.id} is deleted: restore it before changing it", status=409, field="id")
+    with transaction.atomic():  # the action and its audit event commit together
+        edit_lesson(lesson, actor=f"token:{token.name}", reason=body.reason, **given)
+        AuditEvent.record(
+            "lesson.edit",
+            token=token,
+            object_type="lesson",
+            object_ids=[lesson.pk],
+            reason=body.reason,
+            result={"fields": sorted(given)},
+        )
+    return _changed(lesson, True)
+
+
+def _status_action(request: HttpRequest, status: str, event: str, *, allowed_from: tuple[str, ...]) -> JsonResponse:
+    body = validated(LessonActionBody, json_body(request, max_bytes=16 * 1024))
+    token: AgentToken = request.agent_token  # type: ignore[attr-defined]
+    lesson = _changeable(token, body.id)
+    if lesson.status == status:
+        return _changed(lesson, False)
+    if lesson.status not in allowed_from:
+        raise ApiError(f"lesson {body.id} is {lesson.status}; it cannot become {status}", status=409, field="id")
+    with transaction.atomic():  # the action and its audit event commit together
+        set_status(lesson, status, actor=f"token:{token.name}", reason=body.reason)
+        AuditEvent.record(
+            event,
+            token=token,
+            object_type="lesson",
+            object_ids=[lesson.pk],
+            reason=body.reason,
+            result={"from": lesson.status, "to": status},
+        )
+    return _changed(lesson, True)
+
+
+@api_view(
+    TokenScope.FULL,
+    describe=Described(
+        "Archive a lesson (no longer served)",
+        body=(LessonActionBody,),
+        responses={200: LessonChanged},
+        errors=(404, 409),
+    ),
+)
+def archive_lesson(request: HttpRequest) -> JsonResponse:
+    """``{id, reason}``: an active (or superseded) lesson is archived, a new version; a deleted one is 409."""
+    return _status_action(
+        request, LessonStatus.ARCHIVED, "lesson.archive", allowed_from=(LessonStatus.ACTIVE, LessonStatus.SUPERSEDED)
+    )
+
+
+@api_view(
+    TokenScope.FULL,
+    describe=Described(
+        "Restore an archived, superseded or deleted lesson (served again)",
+        body=(LessonActionBody,),
+        responses={200: LessonChanged},
+        errors=(404,),
+    ),
+)
+def restore_lesson(request: HttpRequest) -> JsonResponse:
+    """``{id, reason}``: the lesson is active again, a new version."""
+    return _status_action(
+        request,
+        LessonStatus.ACTIVE,
+        "lesson.unarchive",
+        allowed_from=(LessonStatus.ARCHIVED, LessonStatus.SUPERSEDED, LessonStatus.DELETED),
+    )
+
+
+@api_view(
+    TokenScope.FULL,
+    describe=Described(
+        "Delete a lesson (a tombstone)", body=(LessonActionBody,), responses={200: LessonChanged}, errors=(404,)
+    ),
+)
+def delete_lesson(request: HttpRequest) -> JsonResponse:
+    """``{id, reason}``: the lesson becomes a tombstone (status ``deleted``): never served or listed again
+    unless asked for, tombstoned in chatcli's export, its history kept; ``restore`` brings it back."""
+    return _status_action(
+        request,
+        LessonStatus.DELETED,
+        "lesson.delete",
+        allowed_from=(LessonStatus.ACTIVE, LessonStatus.ARCHIVED, LessonStatus.SUPERSEDED),
+    )
+
+
+@api_view(
+    TokenScope.FULL,
+    describe=Described(
+        "Share a lesson with every workspace, or take it back to its own",
+        body=(LessonScopeBody,),
+        responses={200: LessonChanged},
+        errors=(404,),
+    ),
+)
+def scope_lesson(request: HttpRequest) -> JsonResponse:
+    """``{id, scope, reason}``: ``shared`` puts the lesson in the team-wide tier (every workspace's retrieve
+    finds it), ``workspace`` takes it back to its own workspace's. Only a token that may name the lesson's
+    workspace may do either (docs/lessons.md#scopes)."""
+    body = validated(LessonScopeBody, json_body(request, max_bytes=16 * 1024))
+    token: AgentToken = request.agent_token  # type: ignore[attr-defined]
+    lesson = _changeable(token, body.id)
+    if lesson.scope == body.scope:
+        return _changed(lesson, False)
+    with transaction.atomic():  # the action and its audit event commit together
+        set_scope(lesson, body.scope, actor=f"token:{token.name}", reason=body.reason)
+        AuditEvent.record(
+            "lesson.share" if body.scope == LessonScope.SHARED else "lesson.unshare",
+            token=token,
+            object_type="lesson",
+            object_ids=[lesson.pk],
+            reason=body.reason,
+        )
+    return _changed(lesson, True)
+
+
+@api_view(
+    TokenScope.FULL,
+    describe=Described(
+        "A lesson's history: every version", body=(HistoryBody,), responses={200: LessonHistory}, errors=(404,)
+    ),
+)
+def lesson_history(request: HttpRequest) -> JsonResponse:
+    """``{id}`` → ``{lesson_id, versions}``, newest first: action, actor, reason and the fields after it."""
+    body = validated(HistoryBody, json_body(request, max_bytes=8 * 1024))
+    token: AgentToken = request.agent_token  # type: ignore[attr-defined]
+    lesson = _readable(token, body.id)
+    return JsonResponse({"lesson_id": lesson.pk, "versions": _versions(lesson)})
 
 
 @api_view(
@@ -344,7 +592,9 @@ def list_lessons(request: HttpRequest) -> JsonResponse:
         raise ApiError("'workspace' is required for a token bound to workspaces", field="workspace")
     tags = [t.strip().lower() for t in body.tags or [] if t.strip()]
     status = "" if body.status == "any" else body.status
-    filters = retrieval.Filters(workspace=slug, tags=tags, agent=body.agent or "", status=status)
+    filters = retrieval.Filters(workspace=slug, tags=tags, agent=body.agent or "", status=status, scope=body.scope)
+    if body.cursor and decode_cursor(body.cursor) is None:
+        raise ApiError("'cursor' is not a next_cursor this endpoint gave", field="cursor")
     queryset = filters.apply(Lesson.objects.select_related("workspace"))
     page = keyset_page(queryset, cursor=body.cursor, size=body.limit, time_field="created_at")
     return JsonResponse({"lessons": [lesson_json(lesson) for lesson in page.rows], "next_cursor": page.next_cursor})

@@ -21,7 +21,13 @@ class SearchForm(forms.Form):
     agent = forms.CharField(required=False, max_length=200)
     status = forms.ChoiceField(
         required=False,
-        choices=[("active", "active"), ("", "any"), ("archived", "archived"), ("superseded", "superseded")],
+        choices=[
+            ("active", "active"),
+            ("", "any but deleted"),
+            ("archived", "archived"),
+            ("superseded", "superseded"),
+            ("deleted", "deleted (tombstones)"),
+        ],
     )
     since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))

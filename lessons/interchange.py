@@ -27,7 +27,7 @@ from lessonboard.inputs import storable, storable_document
 from lessonboard.models import Workspace
 from lessons.content import one_line
 from lessons.language import clean_code
-from lessons.models import Lesson, LessonStatus, LessonVersion
+from lessons.models import Lesson, LessonScope, LessonStatus, LessonVersion
 from lessons.rendering import lesson_json
 from lessons.store import ImportedFact, import_fact, schedule_embedding
 
@@ -394,6 +394,9 @@ def import_jsonl(path: Path, *, actor: str = "import") -> ImportReport:
                 status = data.get("status", LessonStatus.ACTIVE)
                 if status not in LessonStatus.values:
                     raise InterchangeError(f"{where}: unknown status {status!r}")
+                scope = data.get("scope", LessonScope.WORKSPACE)
+                if scope not in LessonScope.values:
+                    raise InterchangeError(f"{where}: unknown scope {scope!r}")
                 slug = data.get("workspace")
                 lesson = Lesson.objects.create(
                     situation=data["situation"],
@@ -410,6 +413,7 @@ def import_jsonl(path: Path, *, actor: str = "import") -> ImportReport:
                     last_accessed=_when(data["last_accessed"], where),
                     score=float(data.get("score", 0.0)),
                     status=status,
+                    scope=scope,
                     workspace=Workspace.objects.for_slug(slug) if slug else None,
                     agent=data.get("agent", ""),
                     source_job_id=data.get("source_job_id") or None,

@@ -21,6 +21,17 @@ class LessonStatus(models.TextChoices):
     ACTIVE = "active", "active"
     ARCHIVED = "archived", "archived"
     SUPERSEDED = "superseded", "superseded"
+    # Deleted over the API or MCP (``forget_lesson``): a tombstone. The row and its versions stay (it can be
+    # restored, and chatcli's export tombstones its fact id, docs/compat/chatcli.md#memory-index); it is
+    # never served or listed unless asked for by status.
+    DELETED = "deleted", "deleted"
+
+
+class LessonScope(models.TextChoices):
+    """Where a lesson is served (docs/lessons.md#scopes): its own workspace only, or every workspace."""
+
+    WORKSPACE = "workspace", "workspace"
+    SHARED = "shared", "shared"
 
 
 class LessonQuerySet(models.QuerySet["Lesson"]):
@@ -77,6 +88,11 @@ class Lesson(models.Model):
     last_accessed = models.DateTimeField(default=timezone.now)
     score = models.FloatField(default=0.0)
     workspace = models.ForeignKey(Workspace, null=True, blank=True, on_delete=models.SET_NULL, related_name="lessons")
+    # ``shared``: the team-wide tier, served to every workspace (its ``workspace`` stays the one it came
+    # from, which alone may change it); ``workspace``: served in its own workspace only.
+    scope = models.CharField(
+        max_length=16, choices=LessonScope.choices, default=LessonScope.WORKSPACE, db_default=LessonScope.WORKSPACE
+    )
     agent = models.CharField(max_length=200, blank=True)
     # The JobID of the queue job that produced it (a string, not a FK: lessons do not depend on the queue).
     source_job_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL keeps the unique constraint partial
@@ -141,11 +157,14 @@ class Lesson(models.Model):
                 fields=["source_job_id"], condition=Q(source_job_id__isnull=False), name="lesson_unique_source_job"
             ),
             models.CheckConstraint(condition=Q(status__in=LessonStatus.values), name="lesson_status_valid"),
+            models.CheckConstraint(condition=Q(scope__in=LessonScope.values), name="lesson_scope_valid"),
         ]
         indexes = [
             GinIndex(fields=["tags"], name="lesson_tags_gin"),
             models.Index(fields=["status", "-created_at"]),
             GinIndex(fields=["search_vector"], name="lesson_search_gin"),
+            # The shared tier is small and read by every workspace's retrieve.
+            models.Index(fields=["status"], condition=Q(scope="shared"), name="lesson_shared"),
             GinIndex(fields=["workspace", "term_vector"], name="lesson_terms_ws_gin"),
             HnswIndex(
                 name="lesson_embedding_hnsw",
@@ -192,6 +211,7 @@ class Lesson(models.Model):
             "confidence": self.confidence,
             "provenance": self.provenance,
             "status": self.status,
+            "scope": self.scope,
             "access_count": self.access_count,
         }
 
@@ -204,6 +224,9 @@ class VersionAction(models.TextChoices):
     ARCHIVE = "archive", "archived"
     RESTORE = "restore", "restored"
     MERGE = "merge", "merged"
+    DELETE = "delete", "deleted"
+    SHARE = "share", "shared"
+    UNSHARE = "unshare", "unshared"
 
 
 class LessonVersion(models.Model):

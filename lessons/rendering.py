@@ -30,6 +30,7 @@ def lesson_json(lesson: Lesson) -> dict[str, Any]:
         "last_seen": lesson.last_seen.isoformat() if lesson.last_seen else None,
         "score": lesson.score,
         "status": lesson.status,
+        "scope": lesson.scope,
         "workspace": lesson.workspace.slug if lesson.workspace_id and lesson.workspace else None,
         "agent": lesson.agent,
         "source_job_id": lesson.source_job_id,
@@ -38,10 +39,22 @@ def lesson_json(lesson: Lesson) -> dict[str, Any]:
     }
 
 
+def source_line(lesson: Lesson) -> str:
+    """Where a served lesson comes from, as a label line in the style of its content's own
+    (``LESSON:``/``MISTAKE:``/``CORRECTION:``/``TRIGGER:``): ``SCOPE: shared`` for the team-wide tier,
+    ``SCOPE: workspace <slug>`` for a workspace's, ``SCOPE: no workspace`` for the workspace-less pool."""
+    if lesson.scope == "shared":
+        return "SCOPE: shared"
+    slug = lesson.workspace.slug if lesson.workspace_id and lesson.workspace else ""
+    return f"SCOPE: workspace {slug}" if slug else "SCOPE: no workspace"
+
+
 def memory_block(lessons: Iterable[Lesson]) -> str:
     """chatcli's retrieval rendering (docs/compat/chatcli.md#dedupe): a header, then ``- [lesson] <content>`` per fact
-    (the content keeps its newlines). No lessons → an empty string (nothing to inject)."""
-    lines = [f"- [{lesson.category}] {lesson.content}" for lesson in lessons]
+    (the content keeps its newlines), each fact followed by its ``SCOPE:`` line (docs/lessons.md#scopes): the
+    item stays ``- [<category>] `` and label lines, so what reads chatcli's block reads this one.
+    No lessons → an empty string (nothing to inject)."""
+    lines = [f"- [{lesson.category}] {lesson.content}\n{source_line(lesson)}" for lesson in lessons]
     if not lines:
         return ""
     return MEMORY_HEADER + "\n" + "\n".join(lines)

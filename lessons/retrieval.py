@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
-from django.db.models import Subquery
+from django.db.models import Q, Subquery
 from pgvector.django import CosineDistance
 
 from lessonboard import files, llm
@@ -44,7 +44,7 @@ from lessonboard.models import Workspace
 from lessons import embeddings, language
 from lessons.content import STOP_WORDS
 from lessons.metrics import RETRIEVAL_SECONDS
-from lessons.models import Lesson, LessonStatus
+from lessons.models import Lesson, LessonScope, LessonStatus
 
 log = logging.getLogger(__name__)
 
@@ -55,22 +55,33 @@ HYDE_PROMPT = promptfiles.load(Path(__file__).resolve().parent / "prompts", "hyd
 HYDE_SYSTEM = HYDE_PROMPT.text
 
 
+# ``Filters.scope`` (docs/lessons.md#scopes): "all" = the workspace's own lessons and the shared tier (what an
+# agent's retrieve searches), "workspace" = its own workspace-tier lessons only, "shared" = the shared tier
+# only, "" = the named workspace's lessons of either tier and no shared lesson of another (the pages).
+SCOPES = ("all", "workspace", "shared")
+
+
 @dataclass
 class Filters:
     workspace: str = ""
     tags: list[str] = field(default_factory=list)
     trigger: str = ""
     agent: str = ""
-    status: str = LessonStatus.ACTIVE  # "" = any status
+    status: str = LessonStatus.ACTIVE  # "" = any status but deleted; "deleted" = the tombstones
     since: date | datetime | None = None
     until: date | datetime | None = None
+    scope: str = ""
 
     def apply(self, queryset: Any) -> Any:
-        if self.workspace:
-            # The workspace's id as a parameter (not a join): the full-text GIN index leads with it.
-            queryset = queryset.filter(
-                workspace_id=Subquery(Workspace.objects.filter(slug=self.workspace).values("id")[:1])
-            )
+        # The workspace's id as a parameter (not a join): the full-text GIN index leads with it.
+        own = Q(workspace_id=Subquery(Workspace.objects.filter(slug=self.workspace).values("id")[:1]))
+        shared = Q(scope=LessonScope.SHARED)
+        if self.scope == "shared":
+            queryset = queryset.filter(shared)
+        elif self.scope == "workspace":
+            queryset = queryset.filter(own & ~shared) if self.workspace else queryset.exclude(shared)
+        elif self.workspace:
+            queryset = queryset.filter(own | shared) if self.scope == "all" else queryset.filter(own)
         if self.tags:
             queryset = queryset.filter(tags__contains=list(self.tags))
         if self.trigger:
@@ -79,6 +90,8 @@ class Filters:
             queryset = queryset.filter(agent=self.agent)
         if self.status:
             queryset = queryset.filter(status=self.status)
+        else:
+            queryset = queryset.exclude(status=LessonStatus.DELETED)
         if self.since:
             queryset = queryset.filter(created_at__date__gte=self.since)
         if self.until:
@@ -643,12 +656,23 @@ def search(
     weights: Weights | None = None,
     branches: tuple[str, ...] | None = None,
     floor: bool = True,
+    prefer_agent: str = "",
 ) -> SearchResult:
     """The top ``k`` lessons for ``query`` by reciprocal-rank fusion of the ``branches`` (see the module).
     ``branches=None`` runs every branch whose weight is above 0. ``floor=False`` (the pages: a person
-    browsing) still reports the floor's verdict in the explanation but keeps the hits."""
+    browsing) still reports the floor's verdict in the explanation but keeps the hits. ``prefer_agent``: the
+    lessons that agent learned come first, each group in fused order (docs/lessons.md#scopes)."""
     with RETRIEVAL_SECONDS.time():
-        return _search(query, k=k, filters=filters, hyde=hyde, weights=weights, branches=branches, floor=floor)
+        return _search(
+            query,
+            k=k,
+            filters=filters,
+            hyde=hyde,
+            weights=weights,
+            branches=branches,
+            floor=floor,
+            prefer_agent=prefer_agent,
+        )
 
 
 def _search(
@@ -660,6 +684,7 @@ def _search(
     weights: Weights | None = None,
     branches: tuple[str, ...] | None = None,
     floor: bool = True,
+    prefer_agent: str = "",
 ) -> SearchResult:
     filters = filters or Filters()
     weights = weights or Weights.from_settings()
@@ -751,13 +776,23 @@ def _search(
         if floor:
             return SearchResult([], explanation, verdict["reason"])
     if settings.LESSONS_FUSION == "score":
-        fused = fuse_scores(rankings, weights, text_mass)[:k]
+        fused = fuse_scores(rankings, weights, text_mass)
     else:
-        fused = fuse(rankings, weights, settings.LESSONS_RRF_K)[:k]
+        fused = fuse(rankings, weights, settings.LESSONS_RRF_K)
+    if prefer_agent:
+        fused = agent_first(fused, prefer_agent)
+        explanation["agent_first"] = prefer_agent
+    fused = fused[:k]
     lessons = Lesson.objects.select_related("workspace").in_bulk([pk for pk, _, _ in fused])
     hits = [Hit(lessons[pk], score, detail) for pk, score, detail in fused if pk in lessons]
     reason = "" if hits else "no lesson matches the task and the filters"
     return SearchResult(hits, explanation, reason)
+
+
+def agent_first(fused: list[Any], agent: str) -> list[Any]:
+    """The fused rows of lessons ``agent`` learned first, then the others, each group in its fused order."""
+    mine = set(Lesson.objects.filter(pk__in=[row[0] for row in fused], agent=agent).values_list("pk", flat=True))
+    return [row for row in fused if row[0] in mine] + [row for row in fused if row[0] not in mine]
 
 
 def similar_to(lesson: Lesson, *, k: int = 5, filters: Filters | None = None) -> SearchResult:

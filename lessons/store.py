@@ -34,7 +34,7 @@ from lessons.content import (
     significant_tokens,
 )
 from lessons.metrics import LESSONS_PERSISTED
-from lessons.models import Lesson, LessonStatus, LessonVersion, VersionAction
+from lessons.models import Lesson, LessonScope, LessonStatus, LessonVersion, VersionAction
 
 log = logging.getLogger(__name__)
 
@@ -420,16 +420,36 @@ def edit_lesson(
     return lesson
 
 
+_STATUS_ACTIONS = {
+    LessonStatus.ARCHIVED: VersionAction.ARCHIVE,
+    LessonStatus.DELETED: VersionAction.DELETE,
+    LessonStatus.ACTIVE: VersionAction.RESTORE,
+}
+
+
 @transaction.atomic
 def set_status(lesson: Lesson, status: str, *, actor: str, user: Any = None, reason: str = "") -> Lesson:
-    """Archive (``archived``) or bring back (``active``) a lesson."""
+    """Archive (``archived``), delete (``deleted``: a tombstone, docs/lessons.md#memory-api) or bring back
+    (``active``) a lesson: a new version each time."""
     lesson = Lesson.objects.select_for_update().get(pk=lesson.pk)
     lesson.status = status
     if status == LessonStatus.ACTIVE:
         lesson.superseded_by = None
     lesson.updated_at = timezone.now()
     lesson.save(update_fields=["status", "superseded_by", "updated_at"])
-    action = VersionAction.ARCHIVE if status == LessonStatus.ARCHIVED else VersionAction.RESTORE
+    record_version(lesson, _STATUS_ACTIONS[LessonStatus(status)], actor=actor, user=user, reason=reason)
+    return lesson
+
+
+@transaction.atomic
+def set_scope(lesson: Lesson, scope: str, *, actor: str, user: Any = None, reason: str = "") -> Lesson:
+    """Promote a lesson to the shared tier (``shared``: served to every workspace) or take it back to its
+    workspace's (``workspace``): a new version (docs/lessons.md#scopes)."""
+    lesson = Lesson.objects.select_for_update().get(pk=lesson.pk)
+    lesson.scope = scope
+    lesson.updated_at = timezone.now()
+    lesson.save(update_fields=["scope", "updated_at"])
+    action = VersionAction.SHARE if scope == LessonScope.SHARED else VersionAction.UNSHARE
     record_version(lesson, action, actor=actor, user=user, reason=reason)
     return lesson
 

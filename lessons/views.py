@@ -24,8 +24,8 @@ from lessonboard.permissions import require_perm, view_required
 from lessonboard.timeouts import statement_timeout
 from lessons import doc2query, embeddings, retrieval
 from lessons.forms import LessonEditForm, ManualLessonForm, MergeForm, SearchForm, split_tags
-from lessons.models import Lesson, LessonStatus, LessonVersion
-from lessons.store import edit_lesson, merge_lessons, persist_manual, restore_version, set_status
+from lessons.models import Lesson, LessonScope, LessonStatus, LessonVersion
+from lessons.store import edit_lesson, merge_lessons, persist_manual, restore_version, set_scope, set_status
 from lessons.usage.models import LessonUsage
 
 EDIT_PERM = "lessonboard.review_memory"
@@ -260,6 +260,31 @@ def change_status(request: HttpRequest, pk: int) -> HttpResponse:
             reason=reason,
         )
     messages.success(request, "Lesson archived." if status == LessonStatus.ARCHIVED else "Lesson is active again.")
+    return redirect("lessons:detail", pk=pk)
+
+
+@require_POST
+@require_perm(EDIT_PERM)
+def change_scope(request: HttpRequest, pk: int) -> HttpResponse:
+    """Share the lesson with every workspace, or keep it in its own (docs/lessons.md#scopes)."""
+    lesson = get_object_or_404(Lesson, pk=pk)
+    scope = request.POST.get("scope", "")
+    if scope not in LessonScope.values:
+        messages.error(request, "Unknown scope.")
+        return redirect("lessons:detail", pk=pk)
+    if scope != lesson.scope:
+        reason = request.POST.get("reason", "")[:2000]
+        with transaction.atomic():  # the action and its audit event commit together
+            set_scope(lesson, scope, actor=_actor(request), user=request.user, reason=reason)
+            AuditEvent.record(
+                "lesson.share" if scope == LessonScope.SHARED else "lesson.unshare",
+                user=request.user,
+                object_type="lesson",
+                object_ids=[pk],
+                reason=reason,
+            )
+    shared = scope == LessonScope.SHARED
+    messages.success(request, "Lesson shared with every workspace." if shared else "Lesson kept in its workspace.")
     return redirect("lessons:detail", pk=pk)
 
 

@@ -290,8 +290,11 @@ def propose_lesson(
 
     run = refine_pass.run
     origin = f"refine run {run.pk} pass {refine_pass.number}"
+    # The run's own workspace, so the lesson is served where the run came from (docs/lessons.md#scopes); only
+    # a run that named no workspace falls back to LESSONBOARD_REFINE_PROPOSAL_WORKSPACE.
+    workspace = run.workspace or Workspace.objects.for_slug(settings.REFINE_PROPOSAL_WORKSPACE)
     proposal = stage_lesson(
-        Workspace.objects.for_slug(settings.REFINE_PROPOSAL_WORKSPACE),
+        workspace,
         situation=situation,
         mistake=mistake,
         correction=correction,

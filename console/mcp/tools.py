@@ -42,7 +42,8 @@ time); when there is nothing to report but how it went, call report_outcome with
 success and a note, so lessonboard learns which lessons help. To change long-term memory directly, call
 propose_memory: the workspace's gates apply it, reject it, or hold it for a person to approve. To read one
 lesson (by the id retrieve_lessons gave) and its versions, call get_lesson; to page through a workspace's
-lessons, list_lessons."""
+lessons, list_lessons; to correct a lesson (a new version), update_lesson; to remove a wrong one (a
+tombstone that can be restored), forget_lesson."""
 
 server: MCPServer[Any] = MCPServer(
     name="lessonboard",
@@ -95,10 +96,19 @@ async def retrieve_lessons(
     task: Annotated[str, Field(description="The task you are about to do, in your own words.", min_length=1)],
     k: Annotated[int, Field(description="How many lessons at most (1-50).", ge=1, le=50)] = 5,
     workspace: Annotated[
-        str | None, Field(description="Only lessons of this workspace (project slug); omit for all.")
+        str | None,
+        Field(description="Your workspace (project slug): its lessons and the shared tier; omit for all."),
     ] = None,
+    scope: Annotated[
+        str, Field(description="all (default: the workspace's and the shared tier's), workspace or shared.")
+    ] = "all",
+    agent: Annotated[str | None, Field(description="Your agent name (recorded; see agent_mode).")] = None,
+    agent_mode: Annotated[
+        str, Field(description="record (default), only (lessons this agent learned) or first (those first).")
+    ] = "record",
 ) -> dict[str, Any]:
-    return await _call("lessons.api_views.retrieve", TokenScope.FULL, {"task": task, "k": k, "workspace": workspace})
+    data = {"task": task, "k": k, "workspace": workspace, "scope": scope, "agent": agent, "agent_mode": agent_mode}
+    return await _call("lessons.api_views.retrieve", TokenScope.FULL, data)
 
 
 @server.tool(
@@ -121,15 +131,55 @@ async def get_lesson(
     )
 )
 async def list_lessons(
-    workspace: Annotated[str | None, Field(description="Only this workspace (project slug).")] = None,
-    status: Annotated[str, Field(description="active (default), archived, superseded or any.")] = "active",
+    workspace: Annotated[
+        str | None, Field(description="Only this workspace (project slug), with the shared tier (see scope).")
+    ] = None,
+    scope: Annotated[str, Field(description="all (default), workspace or shared.")] = "all",
+    status: Annotated[
+        str, Field(description="active (default), archived, superseded, deleted or any (all but deleted).")
+    ] = "active",
     tags: Annotated[list[str] | None, Field(description="Only lessons having all of these tags.")] = None,
     agent: Annotated[str | None, Field(description="Only lessons learned by this agent.")] = None,
     cursor: Annotated[str | None, Field(description="next_cursor of the previous page.")] = None,
     limit: Annotated[int, Field(description="Lessons per page (1-200).", ge=1, le=200)] = 50,
 ) -> dict[str, Any]:
     data = {"workspace": workspace, "status": status, "tags": tags, "agent": agent, "cursor": cursor, "limit": limit}
+    data["scope"] = scope
     return await _call("lessons.api_views.list_lessons", TokenScope.FULL, data)
+
+
+@server.tool(
+    description=(
+        "Correct a lesson by its id: give only the fields to change (situation, mistake, correction, tags, "
+        "trigger, confidence) and why. The lesson keeps every earlier version (get_lesson with history)."
+    )
+)
+async def update_lesson(
+    id: Annotated[int, Field(description="The lesson's id.", ge=1)],
+    situation: Annotated[str | None, Field(description="When the lesson applies.")] = None,
+    mistake: Annotated[str | None, Field(description="What went wrong.")] = None,
+    correction: Annotated[str | None, Field(description="What to do instead.")] = None,
+    tags: Annotated[list[str] | None, Field(description="The lesson's tags (replaces them).")] = None,
+    trigger: Annotated[str | None, Field(description="What triggered it (error, low_quality, manual…).")] = None,
+    confidence: Annotated[float | None, Field(description="0 to 1.", ge=0.0, le=1.0)] = None,
+    reason: Annotated[str, Field(description="Why it changes.")] = "",
+) -> dict[str, Any]:
+    data: dict[str, Any] = {"id": id, "situation": situation, "mistake": mistake, "correction": correction}
+    data.update(tags=tags, trigger=trigger, confidence=confidence, reason=reason)
+    return await _call("lessons.api_views.update_lesson", TokenScope.FULL, data)
+
+
+@server.tool(
+    description=(
+        "Forget a lesson by its id: it is no longer served or listed (a tombstone; its history is kept and a "
+        "person can restore it). Say why."
+    )
+)
+async def forget_lesson(
+    id: Annotated[int, Field(description="The lesson's id.", ge=1)],
+    reason: Annotated[str, Field(description="Why it is wrong or no longer applies.")] = "",
+) -> dict[str, Any]:
+    return await _call("lessons.api_views.delete_lesson", TokenScope.FULL, {"id": id, "reason": reason})
 
 
 @server.tool(

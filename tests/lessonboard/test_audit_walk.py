@@ -41,7 +41,7 @@ READ_ONLY_URLS = {
     "refine:runs", "refine:run", "refine:api-run",
     "reflect:workspaces", "reflect:workspace", "reflect:api-manifest", "reflect:api-prompts",
     "reviews:queue", "reviews:decisions", "reviews:proposal", "reviews:api-memory",
-    "lessons:api-get", "lessons:api-list", "api-operator-dlq", "running-now", "schedules", "usage", "favicon",
+    "lessons:api-get", "lessons:api-list", "lessons:api-history", "api-operator-dlq", "running-now", "schedules", "usage", "favicon",
 }  # fmt: skip
 # Records that are their own log, written at agent volume: the row carries who (token), what and when.
 OWN_RECORD_URLS = {
@@ -135,6 +135,13 @@ def _gap(world: dict[str, Any]) -> Any:
     return world["page"].post("/lessons/gaps/dismiss", {"ids": str(row.pk)})
 
 
+def _archived_then(world: dict[str, Any], path: str) -> Any:
+    from lessons.store import set_status
+
+    set_status(world["lesson"], "archived", actor="test")
+    return world["api"].post(path, {"id": world["lesson"].pk})
+
+
 WRITES: dict[str, Callable[[dict[str, Any]], Any]] = {
     "lessons:api-create": lambda w: w["api"].post("/api/v1/lessons", {"text": "A walked lesson."}),
     "lessons:create": lambda w: w["page"].post("/lessons/new", {"text": "A page lesson."}),
@@ -143,6 +150,14 @@ WRITES: dict[str, Callable[[dict[str, Any]], Any]] = {
         {"situation": "walk one", "correction": "edited again", "confidence": "0.6", "mistake": "", "tags": ""},
     ),
     "lessons:status": lambda w: w["page"].post(f"/lessons/{w['lesson'].pk}/status", {"status": "archived"}),
+    "lessons:scope": lambda w: w["page"].post(f"/lessons/{w['lesson'].pk}/scope", {"scope": "shared"}),
+    "lessons:api-update": lambda w: w["api"].post(
+        "/api/v1/lessons/update", {"id": w["lesson"].pk, "correction": "walked edit"}
+    ),
+    "lessons:api-archive": lambda w: w["api"].post("/api/v1/lessons/archive", {"id": w["lesson"].pk}),
+    "lessons:api-restore": lambda w: _archived_then(w, "/api/v1/lessons/restore"),
+    "lessons:api-delete": lambda w: w["api"].post("/api/v1/lessons/delete", {"id": w["lesson"].pk}),
+    "lessons:api-scope": lambda w: w["api"].post("/api/v1/lessons/scope", {"id": w["lesson"].pk, "scope": "shared"}),
     "lessons:restore": lambda w: w["page"].post(f"/lessons/{w['lesson'].pk}/restore/1"),
     "lessons:merge": lambda w: w["page"].post(
         "/lessons/merge", {"keep": w["lesson"].pk, "other": w["other"].pk, "reason": "same"}

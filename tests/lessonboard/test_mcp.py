@@ -380,3 +380,55 @@ def test_it_lists_lessons_through_the_sdk_client(web: Gunicorn, agent_token: Any
 
     answer = structured(run(web.url, agent_token("harness", "full"), body))
     assert [found["id"] for found in answer["lessons"]] == [lesson.pk] and answer["next_cursor"] is None
+
+
+def test_it_updates_and_forgets_a_lesson_within_the_tokens_workspace(web: Gunicorn) -> None:
+    """update_lesson and forget_lesson through the SDK client: a new version, a tombstone, each audited as the
+    API's; a token bound to another workspace gets the 404 a missing lesson gets, and bad arguments name it."""
+    from lessonboard.models import AuditEvent
+
+    shop, billing = Workspace.objects.create(slug="shop"), Workspace.objects.create(slug="billing")
+    lesson = persist_lesson(
+        situation="bumping the kafka client",
+        mistake="upgraded two majors at once",
+        correction="upgrade one major at a time",
+        tags=["kafka"],
+        trigger="manual",
+        workspace=shop,
+    ).lesson
+    theirs = persist_lesson(
+        situation="closing the books", mistake="", correction="lock the period first", tags=[], trigger="m",
+        workspace=billing,
+    ).lesson  # fmt: skip
+    own = issue_token("shop-agent", ["full"], workspaces=["shop"]).plaintext
+
+    async def body(session: ClientSession) -> Any:
+        updated = await session.call_tool(
+            "update_lesson", {"id": lesson.pk, "correction": "upgrade one major version at a time", "reason": "clearer"}
+        )
+        empty = await session.call_tool("update_lesson", {"id": lesson.pk, "situation": ""})
+        nothing = await session.call_tool("update_lesson", {"id": lesson.pk})
+        other = await session.call_tool("update_lesson", {"id": theirs.pk, "correction": "x"})
+        hidden = await session.call_tool("forget_lesson", {"id": theirs.pk})
+        forgotten = await session.call_tool("forget_lesson", {"id": lesson.pk, "reason": "wrong"})
+        found = await session.call_tool("retrieve_lessons", {"task": "bumping the kafka client", "workspace": "shop"})
+        listed = await session.call_tool("list_lessons", {"workspace": "shop", "status": "deleted"})
+        history = await session.call_tool("get_lesson", {"id": lesson.pk, "history": True})
+        return updated, empty, nothing, other, hidden, forgotten, found, listed, history
+
+    updated, empty, nothing, other, hidden, forgotten, found, listed, history = run(web.url, own, body)
+    assert structured(updated)["lesson"]["correction"] == "upgrade one major version at a time"
+    assert empty.is_error and "argument: situation" in empty.content[0].text
+    assert nothing.is_error and "argument: body" in nothing.content[0].text
+    for refused in (other, hidden):
+        assert refused.is_error and f"no lesson {theirs.pk} (argument: id)" in refused.content[0].text
+    assert structured(forgotten)["lesson"]["status"] == "deleted"
+    assert structured(found)["lessons"] == []
+    assert [row["id"] for row in structured(listed)["lessons"]] == [lesson.pk]
+    assert [v["action"] for v in structured(history)["versions"]] == ["delete", "edit", "create"]
+    assert set(AuditEvent.objects.filter(object_ids=[str(lesson.pk)]).values_list("action", flat=True)) == {
+        "lesson.edit",
+        "lesson.delete",
+    }
+    theirs.refresh_from_db()
+    assert (theirs.status, theirs.correction, theirs.versions.count()) == ("active", "lock the period first", 1)

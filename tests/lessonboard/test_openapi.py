@@ -29,6 +29,7 @@ GOOD = {
     "retrieval_id": 1,
     "success": True,
     "mode": "on",
+    "scope": "shared",
 }
 
 

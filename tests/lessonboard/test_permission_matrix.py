@@ -184,7 +184,9 @@ def two_workspaces(settings: Any, tmp_path: Any) -> dict[str, Any]:
     settings.REFINE_ENABLED = False
     Workspace.objects.create(slug="ws-a", name="ws-a")
     ws_b = Workspace.objects.create(slug="ws-b", name="ws-b")
-    persist_lesson(situation=f"deploy {SECRET}", mistake="", correction=SECRET, tags=[], trigger="m", workspace=ws_b)
+    lesson = persist_lesson(
+        situation=f"deploy {SECRET}", mistake="", correction=SECRET, tags=[], trigger="m", workspace=ws_b
+    ).lesson
     retrieval = Retrieval.objects.create(task=f"deploy {SECRET}", agent="coder", workspace="ws-b", k=5)
     run = RefineRun.objects.create(
         task=SECRET, original_draft=SECRET, final_output=SECRET, status="done", agent="coder", workspace=ws_b
@@ -194,7 +196,7 @@ def two_workspaces(settings: Any, tmp_path: Any) -> dict[str, Any]:
         run=review, workspace=ws_b, target="memory", op="add", content=SECRET, score=0.9, status="pending",
         auto_approve=True,
     )  # fmt: skip
-    return {"run": run.pk, "retrieval": retrieval.pk}
+    return {"run": run.pk, "retrieval": retrieval.pk, "lesson": lesson.pk}
 
 
 def _probe(endpoint: Endpoint, ids: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -216,6 +218,9 @@ def _probe(endpoint: Endpoint, ids: dict[str, Any]) -> tuple[str, dict[str, Any]
         "workspace": "ws-b", "task": f"deploy {SECRET}", "error": "boom", "text": "x", "summary": "s",
         "agent": "coder", "mode": "off", "draft": "d", "retrieval_id": ids["retrieval"], "success": False,
         "situation": "s", "correction": "c", "files": {},
+        # The memory API's lesson endpoints (get, update, archive, restore, delete, scope, history) aim at
+        # ws-b's lesson; "scope" as the scope endpoint takes it (retrieve and list read it too).
+        "id": ids["lesson"], "scope": "shared", "history": True,
     }  # fmt: skip
     return url, body
 

@@ -110,7 +110,9 @@ def test_it_retrieves_lessons_with_chatclis_memory_block_and_reinforces_by_use(a
     (hit,) = body["lessons"]
     assert hit["situation"] == "bulk payments API calls"
     assert hit["retrieval"]["branches"]["vector"]["rank"] == 1
-    assert body["memory_block"] == "## Long-term Memory\n- [lesson] " + hit["content"]
+    # chatcli's item, then the line saying where the lesson comes from (docs/lessons.md#scopes).
+    assert body["memory_block"] == "## Long-term Memory\n- [lesson] " + hit["content"] + "\nSCOPE: workspace shop"
+    assert (hit["scope"], hit["workspace"]) == ("workspace", "shop")
     lesson = Lesson.objects.get(pk=hit["id"])
     assert lesson.access_count == 2  # created (1) + this retrieval
     other = api.post("/api/v1/lessons/retrieve", {"task": "anything", "workspace": "elsewhere"}).json()

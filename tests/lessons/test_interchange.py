@@ -136,6 +136,7 @@ def test_it_round_trips_jsonl_with_history(tmp_path):
         situation="s1", mistake="m", correction="c1", tags=["a"], trigger="error", source_job_id="job-1"
     ).lesson
     edit_lesson(lesson, correction="c2", actor="user:bob", reason="better")
+    Lesson.objects.filter(pk=lesson.pk).update(scope="shared")
     path = tmp_path / "lessons.jsonl"
     assert interchange.export_jsonl(path) == 1
     Lesson.objects.all().delete()
@@ -143,6 +144,7 @@ def test_it_round_trips_jsonl_with_history(tmp_path):
     assert report.created == 1
     back = Lesson.objects.get()
     assert back.correction == "c2" and back.source_job_id == "job-1"
+    assert back.scope == "shared"  # the shared tier travels with the lesson
     assert [(v.number, v.action, v.reason) for v in back.versions.order_by("number")] == [
         (1, "create", ""),
         (2, "edit", "better"),

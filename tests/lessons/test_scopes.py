@@ -1,0 +1,316 @@
+"""Scopes (docs/lessons.md#scopes) and the memory API (docs/lessons.md#memory-api): a lesson belongs to a workspace
+or to the shared tier; retrieve searches the caller's workspace plus the shared tier, each hit saying which;
+every memory operation over the JSON API with a bound token's denials and the validation errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from lessonboard.models import AuditEvent
+from lessonboard.tokens import issue_token
+from lessons.interchange import export_memory_index
+from lessons.models import Lesson
+from lessons.store import persist_lesson
+from tests.factories import WorkspaceFactory
+from tests.support.clients import ApiClient
+
+pytestmark = pytest.mark.django_db
+
+RETRIEVE = "/api/v1/lessons/retrieve"
+TASK = "rotate the kafka broker certificates"
+
+
+@pytest.fixture(autouse=True)
+def _lexical(settings: Any) -> None:
+    settings.LESSONS_EMBEDDING_PROVIDER = "none"  # the full-text branch is enough to find these
+
+
+def bound(slug: str) -> ApiClient:
+    return ApiClient(issue_token(f"agent-{slug}", ["full"], workspaces=[slug]).plaintext)
+
+
+def lesson_in(workspace: Any, correction: str, *, agent: str = "", situation: str = TASK) -> Lesson:
+    return persist_lesson(
+        situation=situation, mistake="", correction=correction, tags=[], trigger="manual", workspace=workspace,
+        agent=agent,
+    ).lesson  # fmt: skip
+
+
+def ids(answer: Any) -> list[int]:
+    assert answer.status_code == 200, answer.content[:300]
+    return [hit["id"] for hit in answer.json()["lessons"]]
+
+
+@pytest.fixture
+def two() -> dict[str, Any]:
+    a, b = WorkspaceFactory(slug="ws-a"), WorkspaceFactory(slug="ws-b")
+    return {
+        "a": lesson_in(a, "restart the brokers one at a time after swapping kafka certificates"),
+        "b": lesson_in(b, "check the kafka truststore before rotating certificates"),
+        "client_a": bound("ws-a"),
+        "client_b": bound("ws-b"),
+    }
+
+
+def test_a_shared_lesson_is_found_from_every_workspace_and_each_hit_says_its_scope(two: dict[str, Any]) -> None:
+    a, b, client_a, client_b = two["a"], two["b"], two["client_a"], two["client_b"]
+    # Before sharing, each workspace finds only its own.
+    assert ids(client_b.post(RETRIEVE, {"task": TASK, "workspace": "ws-b"})) == [b.pk]
+    shared = client_a.post("/api/v1/lessons/scope", {"id": a.pk, "scope": "shared", "reason": "true for every team"})
+    assert shared.status_code == 200, shared.content
+    assert (shared.json()["changed"], shared.json()["lesson"]["scope"]) == (True, "shared")
+    assert AuditEvent.objects.filter(action="lesson.share", object_ids=[str(a.pk)]).count() == 1
+    assert a.versions.order_by("-number").first().action == "share"  # type: ignore[union-attr]
+
+    answer = client_b.post(RETRIEVE, {"task": TASK, "workspace": "ws-b"})
+    assert sorted(ids(answer)) == sorted([a.pk, b.pk])
+    scopes = {hit["id"]: (hit["scope"], hit["workspace"]) for hit in answer.json()["lessons"]}
+    assert scopes == {a.pk: ("shared", "ws-a"), b.pk: ("workspace", "ws-b")}
+    block = answer.json()["memory_block"]
+    assert block.startswith("## Long-term Memory\n- [lesson] LESSON: ")
+    assert "\nSCOPE: shared" in block and "\nSCOPE: workspace ws-b" in block
+    # Every item is still chatcli's "- [lesson] " item, its lines the content's and the SCOPE line.
+    items = block.split("\n- [lesson] ")[1:]
+    assert [item.splitlines()[-1].split(":")[0] for item in items] == ["SCOPE", "SCOPE"]
+    # scope narrows it.
+    assert ids(client_b.post(RETRIEVE, {"task": TASK, "workspace": "ws-b", "scope": "workspace"})) == [b.pk]
+    assert ids(client_b.post(RETRIEVE, {"task": TASK, "workspace": "ws-b", "scope": "shared"})) == [a.pk]
+    # A third workspace and an unbound token find the shared one too; a shared lesson reads from anywhere.
+    WorkspaceFactory(slug="ws-c")
+    assert ids(bound("ws-c").post(RETRIEVE, {"task": TASK, "workspace": "ws-c"})) == [a.pk]
+    assert bound("ws-c").post("/api/v1/lessons/get", {"id": a.pk}).status_code == 200
+    listed = client_b.post("/api/v1/lessons/list", {"workspace": "ws-b"}).json()["lessons"]
+    assert sorted(lesson["id"] for lesson in listed) == sorted([a.pk, b.pk])
+
+    # Only its own workspace may take it back: ws-b sees it but may not change it.
+    refused = client_b.post("/api/v1/lessons/scope", {"id": a.pk, "scope": "workspace"})
+    assert (refused.status_code, refused.json()["field"]) == (403, "id")
+    assert client_b.post("/api/v1/lessons/delete", {"id": a.pk}).status_code == 403
+    back = client_a.post("/api/v1/lessons/scope", {"id": a.pk, "scope": "workspace"})
+    assert back.status_code == 200 and back.json()["lesson"]["scope"] == "workspace"
+    assert AuditEvent.objects.filter(action="lesson.unshare", object_ids=[str(a.pk)]).exists()
+    assert ids(client_b.post(RETRIEVE, {"task": TASK, "workspace": "ws-b"})) == [b.pk]
+    again = client_a.post("/api/v1/lessons/scope", {"id": a.pk, "scope": "workspace"}).json()
+    assert (again["changed"], again["version"]) == (False, None)
+
+
+def test_a_bound_token_never_sees_another_workspaces_lesson(two: dict[str, Any]) -> None:
+    b, client_a = two["b"], two["client_a"]
+    assert b.pk not in ids(client_a.post(RETRIEVE, {"task": TASK, "workspace": "ws-a"}))
+    assert b.pk not in ids(client_a.post(RETRIEVE, {"task": TASK, "workspace": "ws-a", "scope": "shared"}))
+    listed = client_a.post("/api/v1/lessons/list", {"workspace": "ws-a", "status": "any"}).json()["lessons"]
+    assert b.pk not in [lesson["id"] for lesson in listed]
+    body = {"id": b.pk, "correction": "overwritten", "scope": "shared"}
+    for path in ("get", "history", "update", "archive", "restore", "delete", "scope"):
+        answer = client_a.post(f"/api/v1/lessons/{path}", body)
+        # 404 exactly as for a lesson that does not exist: nothing tells that it does.
+        missing = client_a.post(f"/api/v1/lessons/{path}", {**body, "id": 10**9})
+        assert (answer.status_code, answer.json()) == (404, {**missing.json(), "error": f"no lesson {b.pk}"}), path
+    b.refresh_from_db()
+    assert (b.status, b.scope, b.versions.count()) == ("active", "workspace", 1)
+    assert "overwritten" not in b.correction
+
+
+def test_update_archive_restore_delete_and_history_over_the_api(api: ApiClient, tmp_path: Path) -> None:
+    lesson = lesson_in(WorkspaceFactory(slug="shop"), "pin the kafka client version")
+    old_fact = lesson.fact_id
+    updated = api.post(
+        "/api/v1/lessons/update",
+        {"id": lesson.pk, "correction": "pin the kafka client to 3.7", "tags": ["Kafka"], "reason": "more exact"},
+    )
+    assert updated.status_code == 200, updated.content
+    body = updated.json()
+    assert (body["changed"], body["version"]) == (True, 2)
+    assert body["lesson"]["correction"] == "pin the kafka client to 3.7" and body["lesson"]["tags"] == ["kafka"]
+    assert (
+        body["lesson"]["fact_id"] != old_fact and "CORRECTION: pin the kafka client to 3.7" in body["lesson"]["content"]
+    )
+    assert AuditEvent.objects.filter(action="lesson.edit", object_ids=[str(lesson.pk)]).exists()
+
+    archived = api.post("/api/v1/lessons/archive", {"id": lesson.pk, "reason": "stale"}).json()
+    assert (archived["lesson"]["status"], archived["version"]) == ("archived", 3)
+    assert ids(api.post(RETRIEVE, {"task": TASK, "workspace": "shop"})) == []
+    restored = api.post("/api/v1/lessons/restore", {"id": lesson.pk}).json()
+    assert restored["lesson"]["status"] == "active"
+    assert ids(api.post(RETRIEVE, {"task": TASK, "workspace": "shop"})) == [lesson.pk]
+
+    deleted = api.post("/api/v1/lessons/delete", {"id": lesson.pk, "reason": "wrong"}).json()
+    assert deleted["lesson"]["status"] == "deleted"
+    assert AuditEvent.objects.filter(action="lesson.delete", object_ids=[str(lesson.pk)], reason="wrong").exists()
+    assert ids(api.post(RETRIEVE, {"task": TASK, "workspace": "shop"})) == []
+    listed = api.post("/api/v1/lessons/list", {"workspace": "shop", "status": "any"}).json()["lessons"]
+    assert listed == []  # "any" is every status but the tombstones
+    stones = api.post("/api/v1/lessons/list", {"workspace": "shop", "status": "deleted"}).json()["lessons"]
+    assert [s["id"] for s in stones] == [lesson.pk]
+    # chatcli's export tombstones it, so a running chatcli drops it too.
+    export_memory_index(tmp_path / "memory_index.json")
+    assert lesson.fact_id not in (tmp_path / "memory_index.json").read_text()
+    tombstones = json.loads((tmp_path / "memory_tombstones.json").read_text())
+    assert Lesson.objects.get(pk=lesson.pk).fact_id in tombstones
+    conflict = api.post("/api/v1/lessons/update", {"id": lesson.pk, "correction": "x"})
+    assert (conflict.status_code, conflict.json()["field"]) == (409, "id")
+    assert api.post("/api/v1/lessons/archive", {"id": lesson.pk}).status_code == 409
+
+    history = api.post("/api/v1/lessons/history", {"id": lesson.pk}).json()
+    assert history["lesson_id"] == lesson.pk
+    assert [v["action"] for v in history["versions"]] == ["delete", "restore", "archive", "edit", "create"]
+    assert history["versions"][0]["reason"] == "wrong" and history["versions"][0]["actor"] == "token:test-agent"
+    assert history["versions"][3]["snapshot"]["correction"] == "pin the kafka client to 3.7"
+    api.post("/api/v1/lessons/restore", {"id": lesson.pk})
+    assert ids(api.post(RETRIEVE, {"task": TASK, "workspace": "shop"})) == [lesson.pk]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("update", {"id": 1}, "body"),
+        ("update", {"id": 1, "situation": ""}, "situation"),
+        ("update", {"id": 1, "confidence": 2}, "confidence"),
+        ("update", {"id": 1, "trigger": "x" * 51}, "trigger"),
+        ("update", {"id": 1, "lang": "klingon!"}, "lang"),
+        ("update", {"id": "one", "correction": "c"}, "id"),
+        ("archive", {"id": 0}, "id"),
+        ("delete", {}, "id"),
+        ("scope", {"id": 1, "scope": "team"}, "scope"),
+        ("history", {"id": None}, "id"),
+        ("list", {"cursor": "not-a-cursor"}, "cursor"),
+        ("list", {"scope": "everything"}, "scope"),
+        ("retrieve", {"task": "t", "scope": "team"}, "scope"),
+        ("retrieve", {"task": "t", "agent_mode": "only"}, "agent"),
+        ("retrieve", {"task": "t", "agent": "coder", "agent_mode": "boost"}, "agent_mode"),
+    ],
+)
+def test_bad_memory_api_input_is_a_400_naming_the_field(api: ApiClient, path: str, body: Any, field: str) -> None:
+    lesson = lesson_in(None, "anything at all")
+    body = {key: lesson.pk if key == "id" and value == 1 else value for key, value in body.items()}
+    before = list(Lesson.objects.values_list("content", "status", "scope"))
+    answer = api.post(f"/api/v1/lessons/{path}", body)
+    assert (answer.status_code, answer.json().get("field")) == (400, field), answer.content
+    assert list(Lesson.objects.values_list("content", "status", "scope")) == before
+
+
+def test_agent_mode_narrows_to_or_puts_first_the_same_agents_lessons(api: ApiClient) -> None:
+    shop = WorkspaceFactory(slug="shop")
+    theirs = lesson_in(shop, "rotate kafka broker certificates with the rolling script", agent="ops")
+    mine = lesson_in(shop, "check the dates of the certificates", agent="coder", situation="certificates expiring")
+    plain = api.post(RETRIEVE, {"task": TASK, "workspace": "shop", "agent": "coder"})
+    assert ids(plain)[0] == theirs.pk  # recorded only: the better match first
+    first = api.post(RETRIEVE, {"task": TASK, "workspace": "shop", "agent": "coder", "agent_mode": "first"})
+    assert ids(first) == [mine.pk, theirs.pk] and first.json()["explanation"]["agent_first"] == "coder"
+    only = api.post(RETRIEVE, {"task": TASK, "workspace": "shop", "agent": "coder", "agent_mode": "only"})
+    assert ids(only) == [mine.pk]
+
+
+def test_sharing_from_the_lesson_page_needs_the_permission_and_a_csrf_token(
+    client_as: Any, bob: Any, carol: Any
+) -> None:
+    lesson = lesson_in(WorkspaceFactory(slug="shop"), "pin the chart version")
+    url = f"/lessons/{lesson.pk}/scope"
+    page = client_as(bob).get(f"/lessons/{lesson.pk}/").content.decode()
+    assert f'action="{url}"' in page and "Share with every workspace" in page
+    assert client_as(carol).post(url, {"scope": "shared"}).status_code == 403  # a viewer may only look
+    checked = Client(enforce_csrf_checks=True)
+    checked.force_login(bob)
+    assert checked.post(url, {"scope": "shared"}).status_code == 403  # no CSRF token
+    lesson.refresh_from_db()
+    assert lesson.scope == "workspace"
+    response = client_as(bob).post(url, {"scope": "shared", "reason": "every repo"})
+    assert response.status_code == 302
+    lesson.refresh_from_db()
+    assert lesson.scope == "shared"
+    event = AuditEvent.objects.get(action="lesson.share")
+    assert (event.object_ids, event.reason, event.actor_user) == ([str(lesson.pk)], "every repo", bob)
+    assert "shared with every workspace (from shop)" in client_as(bob).get(f"/lessons/{lesson.pk}/").content.decode()
+    assert client_as(bob).post(url, {"scope": "team"}).status_code == 302
+    lesson.refresh_from_db()
+    assert lesson.scope == "shared"
+
+
+# --- lessons drawn from a refine run or a dead job belong to the run's or the job's workspace ----------------
+def test_a_lesson_from_a_refine_run_is_found_by_an_agent_retrieving_in_the_runs_workspace(bob: Any) -> None:
+    from lessons.review.decisions import approve
+    from refine.models import RefinePass, RefineRun
+    from refine.runs import propose_lesson
+
+    billing = WorkspaceFactory(slug="billing")
+    run = RefineRun.objects.create(
+        task="summarise the invoice dispute", original_draft="d", final_output="o", status="done", agent="writer",
+        workspace=billing,
+    )  # fmt: skip
+    refine_pass = RefinePass.objects.create(
+        run=run, number=1, revised="r", similarity_to_original=0.5, best_similarity=0.5, decision="accept"
+    )
+    proposal = propose_lesson(
+        refine_pass,
+        situation="summarising an invoice dispute",
+        mistake="left out the disputed amount",
+        correction="state the disputed invoice amount and its due date first",
+        tags=["invoices"],
+        user=bob,
+    )
+    assert proposal is not None and proposal.workspace.slug == "billing"  # not a workspace named "refine"
+    approve(proposal.pk, bob)
+    lesson = Lesson.objects.get(correction__startswith="state the disputed invoice amount")
+    assert lesson.workspace.slug == "billing"  # type: ignore[union-attr]
+    found = bound("billing").post(RETRIEVE, {"task": "summarise the invoice dispute", "workspace": "billing"})
+    assert ids(found) == [lesson.pk]
+    WorkspaceFactory(slug="shop")
+    assert ids(bound("shop").post(RETRIEVE, {"task": "summarise the invoice dispute", "workspace": "shop"})) == []
+
+
+def test_a_lesson_from_a_dead_job_is_found_by_an_agent_retrieving_in_the_jobs_workspace(bob: Any, jobs: Any) -> None:
+    from lessonq.root_cause import draft_from_job, propose
+    from lessons.review.decisions import approve
+
+    shop = WorkspaceFactory(slug="shop")
+    job = jobs(task="migrate the orders table", error="permanent: lock timeout after 30s", workspace=shop)
+    draft = draft_from_job(job)
+    draft.correction = "add the orders column as nullable and backfill it in batches"
+    proposal = propose(draft, user=bob)
+    assert proposal is not None and proposal.workspace.slug == "shop"  # not "default"
+    approve(proposal.pk, bob)
+    lesson = Lesson.objects.get(correction__startswith="add the orders column")
+    assert lesson.workspace.slug == "shop"  # type: ignore[union-attr]
+    assert ids(bound("shop").post(RETRIEVE, {"task": "migrate the orders table", "workspace": "shop"})) == [lesson.pk]
+
+
+def test_the_migration_moves_a_refine_lesson_from_the_proposal_workspace_to_its_runs(bob: Any) -> None:
+    import importlib
+
+    from django.apps import apps
+
+    from lessons.review.decisions import approve
+    from lessons.review.staging import stage_lesson
+    from refine.models import RefineRun
+
+    billing, fallback = WorkspaceFactory(slug="billing"), WorkspaceFactory(slug="refine")
+    run = RefineRun.objects.create(task="t", original_draft="d", final_output="o", status="done", workspace=billing)
+    loose = RefineRun.objects.create(task="t", original_draft="d", final_output="o", status="done")
+    staged = []
+    for each, correction in ((run, "quote the invoice number"), (loose, "quote the order number")):
+        # As the code before this change staged it: in the fallback workspace, whatever the run's.
+        origin = f"refine run {each.pk} pass 1"
+        staged.append(
+            stage_lesson(
+                fallback,
+                situation="s",
+                mistake="m",
+                correction=correction,
+                tags=[],
+                trigger="low_quality",
+                origin=origin,
+                summary=f"Lesson proposed from {origin}.\n\nTask: t",
+            )
+        )
+    for proposal in staged:
+        approve(proposal.pk, bob)  # type: ignore[union-attr]
+    migration = importlib.import_module("refine.migrations.0005_lessons_to_run_workspace")
+    migration.forwards(apps, None)
+    moved = Lesson.objects.get(correction="quote the invoice number")
+    kept = Lesson.objects.get(correction="quote the order number")
+    assert (moved.workspace, kept.workspace) == (billing, fallback)
