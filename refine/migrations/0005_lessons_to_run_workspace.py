@@ -28,5 +28,5 @@ def forwards(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("refine", "0004_workspace_scope"), ("lessons", "0011_scopes")]
+    dependencies = [("refine", "0004_workspace_scope"), ("lessons", "0012_scopes")]
     operations = [migrations.RunPython(forwards, migrations.RunPython.noop)]

@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('lessonboard', '0009_queue_depth_sample'),
-        ('lessons', '0010_term_vector'),
+        ('lessons', '0011_applies_when'),
     ]
 
     operations = [
