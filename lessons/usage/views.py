@@ -31,7 +31,9 @@ def gaps_page(request: HttpRequest) -> HttpResponse:
         for group in groups[:PAGE_GROUPS]
     ]
     context = {
-        "rows": rows,
+        "rows": [row for row in rows if not row["group"].off_domain],
+        # Told apart: tasks no lesson of the workspace could address (docs/lessons.md#gaps).
+        "off_rows": [row for row in rows if row["group"].off_domain],
         "more": max(0, len(groups) - PAGE_GROUPS),
         "workspace": workspace,
         "can_edit": request.user.has_perm(EDIT_PERM),
