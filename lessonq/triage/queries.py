@@ -476,7 +476,7 @@ def similar_lessons(job: Job, *, limit: int = 5) -> tuple[str, list[Any], str]:
 
     task = getattr(job, "task_preview", None)  # the job page loads previews, not the payloads
     text = (job.task if task is None else task).strip()
-    slug = job.workspace.slug if job.workspace_id else ""
+    slug = job.workspace.slug if job.workspace is not None else ""
     where = f"in workspace {slug}" if slug else "across workspaces (the job names none)"
     if not text:
         return "none", [], "the job has no task to retrieve for"
@@ -498,7 +498,7 @@ def similar_lessons(job: Job, *, limit: int = 5) -> tuple[str, list[Any], str]:
             why = why or f"No lesson matches this task {where}."
         return method, [hit.lesson for hit in result.hits], why
     probe = f"{text[:500]}\n{job.error_signature}".strip()
-    scoped = Lesson.objects.active().filter(workspace_id=job.workspace_id) if slug else Lesson.objects.active()
+    scoped = Lesson.objects.active().filter(workspace=job.workspace) if slug else Lesson.objects.active()
     lessons = list(
         scoped.annotate(similarity=TrigramSimilarity("content", probe))
         .filter(similarity__gt=0.08)

@@ -73,27 +73,38 @@ def _domain_vectors(slug: str, model_id: str) -> np.ndarray | None:
     return np.stack([_unit(np.asarray(v, dtype=np.float32)) for v in rows]) if rows else None
 
 
-def classify(window: list[tuple[Any, ...]]) -> tuple[dict[int, int], set[int]]:
-    """``(answered, off_domain)`` for the window's gaps with a vector of the current model: the gaps a lesson
-    would now be served for (gap id → lesson id), and the off-domain ones (module docstring)."""
+def classify(
+    window: list[tuple[Any, ...]], nearest_cache: dict[str, Any] | None = None
+) -> tuple[dict[int, int], set[int], dict[str, Any]]:
+    """``(answered, off_domain, nearest)`` for the window's gaps with a vector of the current model: the gaps
+    a lesson would now be served for (gap id → lesson id), the off-domain ones (module docstring), and each
+    gap's nearest lesson ``[id, similarity]``. ``nearest_cache``: the last refresh's ``nearest``, valid
+    while the lesson store has not changed — a refresh that only saw new gaps or served tasks runs the
+    nearest-lesson search for the new gaps only."""
     from lessons import embeddings, retrieval
     from lessons.models import Lesson
 
     provider = embeddings.provider()
     answered: dict[int, int] = {}
     off: set[int] = set()
+    nearest_of: dict[str, Any] = {}
     if provider is None:
-        return answered, off
+        return answered, off, nearest_of
+    cache = nearest_cache or {}
     domains: dict[str, np.ndarray | None] = {}
     for pk, _task, _agent, slug, _created, embedding, model_id in window:
         if embedding is None or model_id != provider.model_id:
             continue
         vector = np.asarray(embedding, dtype=np.float32)
-        base = retrieval.Filters(workspace=slug or "").apply(Lesson.objects.all())
-        nearest = retrieval.vector_branch(vector, base, 1, provider.model_id)
-        best = nearest[0][1] if nearest else -1.0
+        if str(pk) in cache:
+            nearest = [tuple(cache[str(pk)])] if cache[str(pk)] else []
+        else:
+            base = retrieval.Filters(workspace=slug or "").apply(Lesson.objects.all())
+            nearest = retrieval.vector_branch(vector, base, 1, provider.model_id)
+        nearest_of[str(pk)] = list(nearest[0]) if nearest else None
+        best = float(nearest[0][1]) if nearest else -1.0
         if nearest and bool(retrieval.floor_passes(vector, [best], provider)[0]):
-            answered[pk] = nearest[0][0]
+            answered[pk] = int(nearest[0][0])
             continue
         if slug not in domains:
             domains[slug] = _domain_vectors(slug, provider.model_id)
@@ -102,7 +113,7 @@ def classify(window: list[tuple[Any, ...]]) -> tuple[dict[int, int], set[int]]:
         if nearest or corpus is not None:  # with nothing to compare against, it cannot be told
             if float(retrieval.background_similarity(vector, provider)[0]) >= domain:
                 off.add(pk)
-    return answered, off
+    return answered, off, nearest_of
 
 
 def close_answered(answered: dict[int, int]) -> int:
@@ -115,9 +126,16 @@ def close_answered(answered: dict[int, int]) -> int:
     return closed
 
 
-def compute_gap_groups(*, workspace: str = "", close: bool = False) -> list[GapGroup]:
-    """The open gaps, grouped, biggest groups first (ties: newest first). The work ``refresh`` does
-    (``close``: first close the gaps a lesson would now be served for)."""
+def compute_gap_groups(*, workspace: str = "") -> list[GapGroup]:
+    """The open gaps, grouped, biggest groups first (ties: newest first), nothing closed."""
+    return _grouped(workspace=workspace)[0]
+
+
+def _grouped(
+    *, workspace: str = "", close: bool = False, nearest_cache: dict[str, Any] | None = None
+) -> tuple[list[GapGroup], dict[str, Any]]:
+    """The work ``refresh`` does: ``(groups, nearest)`` (``close``: first close the gaps a lesson would now
+    be served for; ``nearest_cache`` and ``nearest``: see ``classify``)."""
     rows = Retrieval.objects.gaps()
     if workspace:
         rows = rows.filter(workspace=workspace)
@@ -126,7 +144,7 @@ def compute_gap_groups(*, workspace: str = "", close: bool = False) -> list[GapG
             "id", "task", "agent", "workspace", "created_at", "embedding", "embedding_model"
         )[: settings.LESSONS_GAP_WINDOW]
     )
-    answered, off = classify(window)
+    answered, off, nearest = classify(window, nearest_cache)
     if close and answered:
         close_answered(answered)
     window = [row for row in window if row[0] not in answered]
@@ -170,7 +188,7 @@ def compute_gap_groups(*, workspace: str = "", close: bool = False) -> list[GapG
     for group in groups:
         seen = verdicts.get(id(group), [])
         group.off_domain = bool(seen) and all(seen)
-    return sorted(groups, key=lambda g: (-g.count, -g.newest.timestamp()))
+    return sorted(groups, key=lambda g: (-g.count, -g.newest.timestamp())), nearest
 
 
 def _dump(group: GapGroup) -> dict[str, Any]:
@@ -221,13 +239,16 @@ def refresh(*, force: bool = False) -> int:
     """Group the open gaps into the maintained row (skipped while its inputs are unchanged); the number of
     groups."""
     inputs = _inputs()
-    if not force:
-        data = DerivedState.read(SNAPSHOT)
-        if data and data.get("inputs") == inputs:
-            return len(data.get("groups", []))
-    groups = compute_gap_groups(close=True)
+    data = DerivedState.read(SNAPSHOT)
+    if not force and data and data.get("inputs") == inputs:
+        return len(data.get("groups", []))
+    store = inputs[5:7]  # the lesson store's state: while it is unchanged, each gap's nearest lesson is too
+    cache = data.get("nearest") if data and data.get("store") == store else None
+    groups, nearest = _grouped(close=True, nearest_cache=cache)
     inputs = _inputs()  # closing gaps changed them
-    DerivedState.write(SNAPSHOT, {"groups": [_dump(g) for g in groups], "inputs": inputs})
+    DerivedState.write(
+        SNAPSHOT, {"groups": [_dump(g) for g in groups], "inputs": inputs, "store": store, "nearest": nearest}
+    )
     return len(groups)
 
 

@@ -92,3 +92,27 @@ def test_the_preview_counts_a_task_only_above_the_retrieval_floor(api: ApiClient
     settings.LESSONS_FLOOR_MARGIN = 0.9  # the floor retrieval uses, raised: nothing would be served
     assert impact.preview(**fields, workspace="tour").tasks == []  # type: ignore[arg-type]
     assert retrieval.search(ON_TOPIC, filters=retrieval.Filters(workspace="tour")).hits == []
+
+
+def test_a_refresh_that_saw_only_new_gaps_searches_the_store_for_the_new_ones_only(
+    api: ApiClient, monkeypatch: Any
+) -> None:
+    lesson("shop", CACHE, ["cache", "cdn"])
+    ask(api, WEATHER, "shop")
+    gaps.refresh(force=True)
+    calls: list[int] = []
+    search = retrieval.vector_branch
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(retrieval, "vector_branch", counted)
+    ask(api, "write a birthday poem for my aunt", "shop")
+    calls.clear()  # the retrieve itself searched
+    gaps.refresh()
+    assert calls == [1]  # the new gap only: the lesson store did not change
+    lesson("shop", RATE, ["rate-limit"])
+    calls.clear()
+    gaps.refresh()
+    assert calls == [1, 1]  # the store changed: both gaps are searched again
