@@ -465,7 +465,7 @@ def similar_dead_jobs(job: Job, *, limit: int = 10) -> tuple[int, list[Job], lis
 
 def similar_lessons(job: Job, *, limit: int = 5) -> tuple[str, list[Any], str]:
     """ "Seen this before?" over the lesson store: ``(method, lessons, why_none)``, each lesson with a
-    ``similarity`` attribute (docs/queue.md#seen-this-before).
+    ``similarity`` attribute (docs/triage.md#seen-this-before).
 
     With ``lessons.retrieval`` present: exactly what a retrieve of the job's task in the job's workspace
     would serve — the same search, the same filters, the same floor (an off-topic task gets nothing, never

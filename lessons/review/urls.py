@@ -1,6 +1,6 @@
 from django.urls import path
 
-from lessons.review import api_views, gate_views, views
+from lessons.review import api_views, views
 
 app_name = "reviews"
 
@@ -8,8 +8,8 @@ urlpatterns = [
     path("reviews/", views.queue_page, name="queue"),
     path("reviews/bulk", views.bulk_decide, name="bulk"),
     path("reviews/decisions/", views.decisions_page, name="decisions"),
-    path("reviews/gates/<str:slug>/", gate_views.gates_page, name="gates"),
-    path("reviews/gates/<str:slug>/save", gate_views.gates_save, name="gates-save"),
+    path("reviews/gates/<str:slug>/", views.gates_page, name="gates"),
+    path("reviews/gates/<str:slug>/save", views.gates_save, name="gates-save"),
     path("reviews/<int:pk>/", views.proposal_page, name="proposal"),
     path("reviews/<int:pk>/approve", views.approve, name="approve"),
     path("reviews/<int:pk>/reject", views.reject, name="reject"),
