@@ -1,6 +1,6 @@
 """The operator's actions over the JSON API, under the ``operator`` token scope (docs/api.md#operator-api):
 the dead-letter queue with the queue page's filters, retry and purge, a bulk action over a filter with its
-preview first, and pause/resume. Each calls the domain function its page action calls and is audited the
+preview first, pause/resume, and proposal approve/reject. Each calls the domain function its page action calls and is audited the
 same way, the token named as the actor."""
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from lessonq.forms import JobFilterForm
 from lessonq.models import Job
 from lessonq.triage import queries as triage
 from lessonq.triage.models import BulkKind
+from lessons.review import decisions
+from lessons.review.models import Proposal
 
 FILTER_FIELDS = ("tab", "q", "trigger", "agent", "workspace", "group", "newer", "older", "died", "sort")
 
@@ -240,6 +242,107 @@ def dlq_bulk(request: HttpRequest) -> JsonResponse:
     return JsonResponse({**answer, "bulk_id": action.pk}, status=202)
 
 
+class DecisionBody(RequestModel):
+    reason: str = Field(description="why (required; kept on the proposal and in the audit log)", max_length=500)
+
+
+class DecisionResult(ResponseModel):
+    id: int
+    status: str = Field(description="applied, failed (the store refused it), or rejected")
+    decision: str
+    decided_by: str = Field(description="the person the token belongs to")
+    message: str
+
+
+def _decider(request: HttpRequest) -> Any:
+    """The person a proposal decision over the API records (docs/api.md#proposal-decisions): the user the
+    operator token was issued for. The token must hold the ``operator`` scope itself (a ``full`` token is an
+    agent's), belong to an active user, and that user must have the reviewer role."""
+    token = request.agent_token  # type: ignore[attr-defined]
+    if TokenScope.OPERATOR not in token.scopes:
+        raise ApiError(
+            "deciding a proposal needs a token with the operator scope itself; a full token is an agent's",
+            status=403,
+            field="token",
+        )
+    user = token.created_by
+    if user is None or not user.is_active:
+        raise ApiError(
+            "a decision records a person: this token belongs to no active user "
+            "(create it with create_agent_token --for-user USERNAME)",
+            status=403,
+            field="token",
+        )
+    if not user.has_perm("lessonboard.review_memory"):
+        raise ApiError(
+            f"{user.get_username()}, the token's user, may not decide proposals (needs the reviewer or admin role)",
+            status=403,
+            field="token",
+        )
+    return user
+
+
+def _decide(request: HttpRequest, pk: int, *, approve: bool) -> JsonResponse:
+    body = validated(DecisionBody, json_body(request))
+    reason = body.reason.strip()
+    if not reason:
+        raise ApiError("'reason' is required: say why (it is kept in the audit log)", field="reason")
+    user = _decider(request)
+    token = request.agent_token  # type: ignore[attr-defined]
+    row = Proposal.objects.filter(pk=pk).select_related("workspace").first()
+    if row is None or not token.may_name(row.workspace.slug):
+        raise ApiError(f"no proposal {pk}", status=404, field="pk")  # another workspace's: not named
+    try:
+        if approve:
+            row = decisions.approve(pk, user, token=token, reason=reason)
+        else:
+            row = decisions.reject(pk, user, token=token, reason=reason)
+    except decisions.DecisionError as exc:
+        raise ApiError(exc.message, status=exc.status, field="pk" if exc.status == 404 else None) from exc
+    return JsonResponse(
+        {
+            "id": row.pk,
+            "status": row.status,
+            "decision": row.decision,
+            "decided_by": user.get_username(),
+            "message": row.message,
+        }
+    )
+
+
+PROPOSAL_PATH = {"pk": {"type": "integer", "minimum": 1}}
+DECISION_DOC = {
+    "body": (DecisionBody,),
+    "responses": {200: DecisionResult},
+    "path": PROPOSAL_PATH,
+    "errors": (404, 409),
+    "error_text": {409: "the proposal was already decided, or a reviewer holds it"},
+}
+
+
+@api_view(
+    TokenScope.OPERATOR,
+    describe=Described(
+        "Approve a pending proposal, as its page's Approve: the write is replayed into the store (which may "
+        "still refuse it: failed); the decision records the token's user",
+        **DECISION_DOC,  # type: ignore[arg-type]
+    ),
+)
+def proposal_approve(request: HttpRequest, pk: int) -> JsonResponse:
+    return _decide(request, pk, approve=True)
+
+
+@api_view(
+    TokenScope.OPERATOR,
+    describe=Described(
+        "Reject a pending proposal with a reason, as its page's Reject; the decision records the token's user",
+        **DECISION_DOC,  # type: ignore[arg-type]
+    ),
+)
+def proposal_reject(request: HttpRequest, pk: int) -> JsonResponse:
+    return _decide(request, pk, approve=False)
+
+
 QUEUE_PATH = {"name": {"type": "string", "enum": list(pauses.QUEUES)}}
 
 
@@ -283,4 +386,14 @@ def queue_resume(request: HttpRequest, name: str) -> JsonResponse:
     return _pause_or_resume(request, name, pause=False)
 
 
-__all__ = ["ErrorBody", "dlq_bulk", "dlq_list", "dlq_purge", "dlq_retry", "queue_pause", "queue_resume"]
+__all__ = [
+    "ErrorBody",
+    "dlq_bulk",
+    "dlq_list",
+    "dlq_purge",
+    "dlq_retry",
+    "proposal_approve",
+    "proposal_reject",
+    "queue_pause",
+    "queue_resume",
+]

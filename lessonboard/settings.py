@@ -508,7 +508,6 @@ LESSONS_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "floor_margin": -0.02,
         "floor_margin_agree": -0.04,
         "gap_group": 0.8,
-        "impact_min": 0.2,
     },
     # The others keep rank fusion at the weights measured before the identifier-aware branch (not re-tuned).
     "e5": {
@@ -520,7 +519,6 @@ LESSONS_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "weight_tags": 0.0,
         "floor_margin": 0.0,
         "gap_group": 0.9,
-        "impact_min": 0.8,
     },
     "minilm": {
         "dimensions": 384,
@@ -531,7 +529,6 @@ LESSONS_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "weight_tags": 0.0,
         "floor_margin": 0.0,
         "gap_group": 0.9,
-        "impact_min": 0.8,
     },
     # openai (or none)
     "other": {
@@ -543,7 +540,6 @@ LESSONS_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "weight_tags": 0.0,
         "floor_margin": 0.0,
         "gap_group": 0.9,
-        "impact_min": 0.8,
     },
 }
 _MODEL_DEFAULTS = LESSONS_MODEL_DEFAULTS[
@@ -717,13 +713,9 @@ LESSONS_GAP_GROUP_SIMILARITY = env.number(
     "LESSONBOARD_GAP_GROUP_SIMILARITY", _MODEL_DEFAULTS["gap_group"], minimum=0.0, maximum=1.0
 )
 LESSONS_GAP_WINDOW = env.integer("LESSONBOARD_GAP_WINDOW", 1000, minimum=10)  # newest open gaps grouped on the page
-# Impact preview of a pending lesson: the newest retrievals it is replayed against, and the cosine similarity
-# below which it would not be retrieved for a task (per model: 0.8 for e5 kept 99% of the eval set's
-# task-to-its-lesson pairs, 0.2 keeps 96% with use).
+# Impact preview of a pending lesson: the newest retrievals it is replayed against. Whether it would be
+# retrieved for a task is the retrieval floor's decision (LESSONS_FLOOR_MARGIN), not a threshold of its own.
 LESSONBOARD_IMPACT_WINDOW = env.integer("LESSONBOARD_IMPACT_WINDOW", 500, minimum=1)
-LESSONBOARD_IMPACT_MIN_SIMILARITY = env.number(
-    "LESSONBOARD_IMPACT_MIN_SIMILARITY", _MODEL_DEFAULTS["impact_min"], minimum=-1.0, maximum=1.0
-)
 CELERY_BEAT_SCHEDULE["lessons-usage-refresh"] = {"task": "lessons.tasks.refresh_all_usage", "schedule": 900.0}
 CELERY_BEAT_SCHEDULE["lessons-retrieval-retention"] = {
     "task": "lessons.tasks.purge_retrievals",

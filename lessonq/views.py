@@ -118,7 +118,7 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     # Payloads come as bounded previews cut in SQL (a job may carry 14 MiB); the full text downloads.
     job = get_object_or_404(Job.objects.with_previews().select_related("workspace", "lesson"), pk=job_id.lower())
     same_count, same, similar = triage.similar_dead_jobs(job)
-    method, lessons = triage.similar_lessons(job)
+    method, lessons, lessons_none = triage.similar_lessons(job)
     context = {
         "job": job,
         "attempts": list(job.attempt_rows.all()),
@@ -130,6 +130,7 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
         "similar": similar,
         "lessons": lessons,
         "lessons_method": method,
+        "lessons_none": lessons_none,
         "payloads": [_payload(job, name, label) for name, label in PAYLOAD_LABELS.items()],
         "group_url": _queue_url({"tab": "dead", "group": job.fingerprint}),
         "audit_url": reverse("audit:list") + "?" + urlencode({"object_type": "queue.job", "object_id": job.id}),

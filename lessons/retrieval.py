@@ -497,6 +497,22 @@ def background_vectors(provider: embeddings.Provider) -> Any:
         return _background[provider.model_id]
 
 
+def floor_passes(vectors: Any, similarities: Any, provider: embeddings.Provider) -> Any:
+    """The floor's decision for many tasks at once (``floor_check``'s rule, one matrix product): for each
+    task vector (a row) whether a lesson at that cosine similarity to it clears the closest everyday
+    off-topic sentence by ``LESSONS_FLOOR_MARGIN`` — i.e. whether retrieval would serve it. The impact
+    preview and the knowledge gaps decide with this, never with a threshold of their own."""
+    matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+    background = np.max(matrix @ background_vectors(provider).T, axis=1)
+    return np.asarray(similarities, dtype=np.float32) - background >= settings.LESSONS_FLOOR_MARGIN
+
+
+def background_similarity(vectors: Any, provider: embeddings.Provider) -> Any:
+    """Each task vector's cosine to the closest everyday off-topic sentence (the floor's yardstick)."""
+    matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+    return np.max(matrix @ background_vectors(provider).T, axis=1)
+
+
 def floor_check(vector: Any, best: float, provider: embeddings.Provider, *, agree: bool = False) -> dict[str, Any]:
     """How the best lesson's similarity compares with the closest off-topic sentence's. With ``agree``
     (the branches agree on the best lesson: ``branches_agree``) the margin is the smaller of

@@ -463,33 +463,45 @@ def similar_dead_jobs(job: Job, *, limit: int = 10) -> tuple[int, list[Job], lis
     return count, newest, similar
 
 
-def similar_lessons(job: Job, *, limit: int = 5) -> tuple[str, list[Any]]:
-    """ "Seen this before?" over the lesson store: ``(method, lessons)``, each lesson with a
-    ``similarity`` attribute.
+def similar_lessons(job: Job, *, limit: int = 5) -> tuple[str, list[Any], str]:
+    """ "Seen this before?" over the lesson store: ``(method, lessons, why_none)``, each lesson with a
+    ``similarity`` attribute (docs/triage.md#seen-this-before).
 
-    The one switch point: with ``lessons.retrieval`` (the lesson store's hybrid search) present, its
-    full-text and tag branches fused by RRF — not the vector branch, which would call the embeddings
-    endpoint from a page view. Without it: trigram similarity of the lesson content to the job's task
-    and normalised error (no index; the store is small next to the queue)."""
+    With ``lessons.retrieval`` present: exactly what a retrieve of the job's task in the job's workspace
+    would serve — the same search, the same filters, the same floor (an off-topic task gets nothing, never
+    unrelated lessons at a score near zero). ``why_none`` says why the list is empty ("none above the
+    floor", or no lesson matches). Without it: trigram similarity of the lesson content to the job's task
+    and normalised error, in the job's workspace (no index; the store is small next to the queue)."""
     from lessons.models import Lesson
 
     task = getattr(job, "task_preview", None)  # the job page loads previews, not the payloads
-    probe = f"{(job.task if task is None else task)[:500]}\n{job.error_signature}".strip()
-    if not probe:
-        return "none", []
+    text = (job.task if task is None else task).strip()
+    slug = job.workspace.slug if job.workspace is not None else ""
+    where = f"in workspace {slug}" if slug else "across workspaces (the job names none)"
+    if not text:
+        return "none", [], "the job has no task to retrieve for"
     try:
         retrieval = importlib.import_module("lessons.retrieval")
     except ImportError:
         retrieval = None
     if retrieval is not None and hasattr(retrieval, "search"):
-        hits = retrieval.search(probe, k=limit, branches=("text", "tags")).hits
-        for hit in hits:
+        result = retrieval.search(text, k=limit, filters=retrieval.Filters(workspace=slug))
+        for hit in result.hits:
             hit.lesson.similarity = hit.score
-        return "hybrid search: full text + tags, RRF", [hit.lesson for hit in hits]
+        floor = result.explanation.get("floor")
+        method = f"what retrieval would serve for this task {where}"
+        if not isinstance(floor, dict):
+            method += "; the floor is off (it needs embeddings)"
+        why = ""
+        if not result.hits:
+            why = "None above the floor: " + result.reason if result.reason.startswith("no lesson applies") else ""
+            why = why or f"No lesson matches this task {where}."
+        return method, [hit.lesson for hit in result.hits], why
+    probe = f"{text[:500]}\n{job.error_signature}".strip()
+    scoped = Lesson.objects.active().filter(workspace=job.workspace) if slug else Lesson.objects.active()
     lessons = list(
-        Lesson.objects.active()
-        .annotate(similarity=TrigramSimilarity("content", probe))
+        scoped.annotate(similarity=TrigramSimilarity("content", probe))
         .filter(similarity__gt=0.08)
         .order_by("-similarity", "-id")[:limit]
     )
-    return "trigram similarity", lessons
+    return f"trigram similarity {where}", lessons, "" if lessons else f"No similar lesson {where}."

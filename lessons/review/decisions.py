@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from lessonboard.models import AuditEvent
+from lessonboard.models import AgentToken, AuditEvent
 from lessons.models import Lesson, LessonStatus, VersionAction
 from lessons.review import memory
 from lessons.review.metrics import DECISIONS
@@ -37,7 +37,7 @@ class DecisionError(Exception):
 
 def _claim(pk: int, user: Any, *, state: str = ProposalStatus.PENDING) -> Proposal:
     """The proposal row, locked; refused when someone else holds it or it is not in ``state``."""
-    proposal = Proposal.objects.select_for_update().select_related("workspace").filter(pk=pk).first()
+    proposal = Proposal.objects.select_for_update(of=("self",)).select_related("workspace", "run").filter(pk=pk).first()
     if proposal is None:
         raise DecisionError(f"Proposal {pk} does not exist.", status=404)
     if state == ProposalStatus.PENDING and proposal.status != ProposalStatus.PENDING:
@@ -82,9 +82,25 @@ def _finish(row: Proposal, user: Any, decision: str) -> None:
     row.reserved_until = None
 
 
+def _not_the_proposer(row: Proposal, token: AgentToken | None) -> None:
+    """The integrity rule: the token that proposed a write can never decide it (docs/reviews.md#over-the-api)."""
+    if token is not None and row.run.token_id == token.pk:
+        raise DecisionError(f"Proposal {row.pk} was proposed with this token; it cannot decide it.", status=403)
+
+
 @transaction.atomic
-def approve(pk: int, user: Any, *, edits: dict[str, str] | None = None) -> Proposal:
+def approve(
+    pk: int,
+    user: Any,
+    *,
+    edits: dict[str, str] | None = None,
+    token: AgentToken | None = None,
+    reason: str = "",
+) -> Proposal:
+    """Approve (optionally after editing); ``token``: decided over the operator API, ``user`` being the
+    person the token belongs to."""
     row = _claim(pk, user)
+    _not_the_proposer(row, token)
     try:
         proposal = as_proposal(row, edits)
     except InvalidProposal as exc:
@@ -94,8 +110,9 @@ def approve(pk: int, user: Any, *, edits: dict[str, str] | None = None) -> Propo
         row.content = proposal.content or ""
         row.old_text = proposal.old_text or ""
         row.lesson = proposal.lesson.model_dump() if proposal.lesson else {}
+    actor = f"user:{user.get_username()}" + (f" (token:{token.name})" if token is not None else "")
     store = WorkspaceStore(
-        row.workspace, agent=row.agent, actor=f"user:{user.get_username()}", user=user, reason=f"review proposal {pk}"
+        row.workspace, agent=row.agent, actor=actor, user=user, reason=reason or f"review proposal {pk}"
     )
     outcome = store.apply(proposal)
     row.status = ProposalStatus.APPLIED if outcome.ok else ProposalStatus.FAILED
@@ -110,9 +127,11 @@ def approve(pk: int, user: Any, *, edits: dict[str, str] | None = None) -> Propo
     AuditEvent.record(
         "review.edit_approve" if edited else "review.approve",
         user=user,
+        token=token,
         object_type="proposal",
         object_ids=[pk],
         result={"status": row.status, "message": row.message, "target": row.target, "op": row.op},
+        reason=reason,
     )
     return row
 
@@ -173,11 +192,12 @@ def approve_together(pks: list[int], user: Any) -> list[Proposal]:
 
 
 @transaction.atomic
-def reject(pk: int, user: Any, *, reason: str) -> Proposal:
+def reject(pk: int, user: Any, *, reason: str, token: AgentToken | None = None) -> Proposal:
     reason = (reason or "").strip()
     if not reason:
         raise DecisionError("A rejection needs a reason.", status=400)
     row = _claim(pk, user)
+    _not_the_proposer(row, token)
     row.status = ProposalStatus.REJECTED
     row.reason = reason
     _finish(row, user, Decision.REJECTED)
@@ -186,6 +206,7 @@ def reject(pk: int, user: Any, *, reason: str) -> Proposal:
     AuditEvent.record(
         "review.reject",
         user=user,
+        token=token,
         object_type="proposal",
         object_ids=[pk],
         result={"status": row.status, "target": row.target, "op": row.op},

@@ -18,7 +18,9 @@ from django.utils import timezone
 from lessonboard.models import AgentToken, Workspace
 
 __all__ = [
+    "GATE_KEYS",
     "Decision",
+    "GateRule",
     "MemoryDocument",
     "MemoryTargetName",
     "MemoryVersion",
@@ -26,6 +28,7 @@ __all__ = [
     "ProposalStatus",
     "ReviewRun",
     "RunStatus",
+    "WorkspaceGates",
 ]
 
 
@@ -234,3 +237,43 @@ class Proposal(models.Model):
         if self.target == "lesson":
             data["lesson"] = self.lesson
         return data
+
+
+class GateRule(models.TextChoices):
+    """A workspace's rule for one target and op (docs/reviews.md#workspace-rules)."""
+
+    DEFAULT = "", "server default"
+    AUTO = "auto", "applies at or above the threshold (below: rejected)"
+    HUMAN = "human", "always waits for a person"
+
+
+# The writes a workspace can set a rule for: its two memory files, each op. Lesson writes always follow the
+# server's rule (by default they wait for a person).
+GATE_KEYS = tuple(f"{target}.{op}" for target in ("memory", "user") for op in ("add", "replace", "remove"))
+
+
+class WorkspaceGates(models.Model):
+    """One workspace's review-gate rules, set from its gate page; a key it does not set (and every key of a
+    workspace without a row) follows the server's ``LESSONBOARD_REVIEW_GATE(S)``."""
+
+    workspace = models.OneToOneField(Workspace, on_delete=models.CASCADE, related_name="review_gates")
+    rules = models.JSONField(default=dict, blank=True, help_text='e.g. {"memory.add": "human", "user.add": "auto"}')
+    threshold = models.FloatField(
+        null=True, blank=True, help_text="The score an auto rule needs; empty: LESSONBOARD_REVIEW_THRESHOLD."
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        app_label = "lessons"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(threshold__isnull=True) | Q(threshold__gte=0.0, threshold__lte=1.0),
+                name="workspace_gates_threshold_in_range",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"gates of {self.workspace}"

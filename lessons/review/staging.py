@@ -88,7 +88,7 @@ def run_review(
             outcome = review_and_learn(
                 summary,
                 proposer=proposer or llm_proposer(workspace),
-                gate=gate or configured_gate(),
+                gate=gate or configured_gate(workspace=workspace),
                 store=store,
                 record=lambda position, item: save_item(run, position, item),
             )

@@ -1,7 +1,9 @@
-"""The approval queue (pending proposals, oldest first), one proposal's page, decisions, and history.
+"""The approval queue (pending proposals, oldest first), one proposal's page, decisions, and history;
+a workspace's gate rules.
 
-Reading is not an action: every role sees the queue, a proposal and the decisions. Every action checks
-``lessonboard.review_memory`` itself: a viewer or operator posting a decision gets 403.
+Reading is not an action: every role sees the queue, a proposal, the decisions and the gate rules. Every
+decision checks ``lessonboard.review_memory`` itself: a viewer or operator posting a decision gets 403;
+changing gate rules checks ``lessonboard.manage_tokens`` (admin).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -20,12 +23,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from lessonboard.diff import SideBySide, side_by_side
-from lessonboard.models import AuditEvent
+from lessonboard.models import AuditEvent, Workspace
 from lessonboard.permissions import require_perm, view_required
 from lessons.content import fact_content
 from lessons.reflect.models import DocProposal
 from lessons.review import decisions, memory
-from lessons.review.models import Decision, Proposal, ProposalStatus
+from lessons.review.gates import GateRulesError, effective, set_workspace_gates, workspace_rules
+from lessons.review.models import GATE_KEYS, Decision, GateRule, Proposal, ProposalStatus, WorkspaceGates
 from lessons.review.nearest import Neighbour, nearest
 from lessons.review.wording import TARGET_LABELS, decided_text, for_people
 
@@ -337,3 +341,63 @@ def decisions_page(request: HttpRequest) -> HttpResponse:
     }
     template = "reviews/decisions.html#history" if request.htmx else "reviews/decisions.html"  # type: ignore[attr-defined]
     return render(request, template, context)
+
+
+# --- a workspace's gate rules (docs/reviews.md#workspace-rules) ----------------------------------------------
+# Every role reads what applies to each write; changing a rule needs the admin role
+# (``lessonboard.manage_tokens``: loosening a gate is a security setting), goes through a CSRF-checked form
+# and is audited with the rules before and after.
+
+
+@require_GET
+@view_required
+def gates_page(request: HttpRequest, slug: str) -> HttpResponse:
+    workspace = get_object_or_404(Workspace, slug=slug)
+    own, own_threshold = workspace_rules(workspace)
+    rows = []
+    for key in GATE_KEYS:
+        target, op = key.split(".")
+        now = effective(target, op, own, own_threshold)
+        rows.append(
+            {
+                "key": key,
+                "target": TARGET_LABELS.get(target, target),
+                "op": op,
+                "own": own.get(key, ""),
+                "gate": now.gate,
+                "threshold": now.threshold,
+                "source": now.source,
+                "applies_alone": now.gate == "auto" or (now.gate == "risk" and key == "memory.add"),
+            }
+        )
+    row = WorkspaceGates.objects.filter(workspace=workspace).select_related("updated_by").first()
+    context = {
+        "workspace": workspace,
+        "rows": rows,
+        "choices": GateRule.choices,
+        "threshold": own_threshold,
+        "saved": row,
+        "can_configure": request.user.has_perm("lessonboard.manage_tokens"),
+    }
+    return render(request, "reviews/gates.html", context)
+
+
+@require_POST
+@require_perm("lessonboard.manage_tokens")
+def gates_save(request: HttpRequest, slug: str) -> HttpResponse:
+    workspace = get_object_or_404(Workspace, slug=slug)
+    rules = {key: request.POST.get(key, "") for key in GATE_KEYS}
+    raw = request.POST.get("threshold", "").strip()
+    try:
+        threshold = float(raw) if raw else None
+    except ValueError:
+        messages.error(request, f"threshold: {raw!r} is not a number from 0 to 1; nothing was changed.")
+        return redirect("reviews:gates", slug=slug)
+    try:
+        with transaction.atomic():
+            set_workspace_gates(workspace, rules=rules, threshold=threshold, user=request.user)
+    except GateRulesError as exc:
+        messages.error(request, f"{exc}; nothing was changed.")
+    else:
+        messages.success(request, f"Gate rules of {workspace.slug} saved (audited as review.gates).")
+    return redirect("reviews:gates", slug=slug)

@@ -7,6 +7,13 @@ else it starts a group. Tasks without a vector yet (the embed worker has not rea
 is configured) fall back to grouping by identical text. One matrix product per task over the groups'
 heads (numpy).
 
+Before grouping, each open gap with a vector of the current model is checked against the store the way a
+retrieve would (docs/lessons.md#gaps): the nearest active lesson of the gap's workspace (HNSW,
+``retrieval.vector_branch``) and the retrieval floor (``retrieval.floor_passes``). A gap a lesson would now
+be served for is **closed** (``gap_dismissed_at`` with ``gap_answered_by``). The rest are told apart:
+**off-domain** when the task is at least as close to the floor's everyday off-topic sentences as to anything
+the workspace does (its nearest lesson, and the tasks it retrieved lessons for), a real gap otherwise.
+
 The groups are a maintained view (docs/api.md#limits): ``refresh()`` computes them into a
 ``DerivedState`` row, run by beat (``LESSONBOARD_DERIVED_REFRESH_INTERVAL``) and soon after the embed
 worker stores a gap's vector; ``dismiss`` takes the closed tasks out of the row at once. Pages read the
@@ -41,6 +48,7 @@ class GapGroup:
     workspaces: set[str] = field(default_factory=set)
     examples: list[str] = field(default_factory=list)  # up to three other phrasings
     members: list[str] = field(default_factory=list)  # each id's workspace slug ("" for none), as ``ids``
+    off_domain: bool = False  # every task of the group with a verdict looks off-domain (module docstring)
 
     @property
     def count(self) -> int:
@@ -55,22 +63,98 @@ class GapGroup:
 SNAPSHOT = "lessons.gap_groups"
 
 
+def _domain_vectors(slug: str, model_id: str) -> np.ndarray | None:
+    """The workspace's own domain: the newest tasks it retrieved lessons for (not gaps), unit vectors."""
+    rows = list(
+        Retrieval.objects.filter(workspace=slug, gap=False, embedding__isnull=False, embedding_model=model_id)
+        .order_by("-id")
+        .values_list("embedding", flat=True)[: settings.LESSONS_GAP_WINDOW]
+    )
+    return np.stack([_unit(np.asarray(v, dtype=np.float32)) for v in rows]) if rows else None
+
+
+def classify(
+    window: list[tuple[Any, ...]], nearest_cache: dict[str, Any] | None = None
+) -> tuple[dict[int, int], set[int], dict[str, Any]]:
+    """``(answered, off_domain, nearest)`` for the window's gaps with a vector of the current model: the gaps
+    a lesson would now be served for (gap id → lesson id), the off-domain ones (module docstring), and each
+    gap's nearest lesson ``[id, similarity]``. ``nearest_cache``: the last refresh's ``nearest``, valid
+    while the lesson store has not changed — a refresh that only saw new gaps or served tasks runs the
+    nearest-lesson search for the new gaps only."""
+    from lessons import embeddings, retrieval
+    from lessons.models import Lesson
+
+    provider = embeddings.provider()
+    answered: dict[int, int] = {}
+    off: set[int] = set()
+    nearest_of: dict[str, Any] = {}
+    if provider is None:
+        return answered, off, nearest_of
+    cache = nearest_cache or {}
+    domains: dict[str, np.ndarray | None] = {}
+    for pk, _task, _agent, slug, _created, embedding, model_id in window:
+        if embedding is None or model_id != provider.model_id:
+            continue
+        vector = np.asarray(embedding, dtype=np.float32)
+        if str(pk) in cache:
+            nearest = [tuple(cache[str(pk)])] if cache[str(pk)] else []
+        else:
+            base = retrieval.Filters(workspace=slug or "").apply(Lesson.objects.all())
+            nearest = retrieval.vector_branch(vector, base, 1, provider.model_id)
+        nearest_of[str(pk)] = list(nearest[0]) if nearest else None
+        best = float(nearest[0][1]) if nearest else -1.0
+        if nearest and bool(retrieval.floor_passes(vector, [best], provider)[0]):
+            answered[pk] = int(nearest[0][0])
+            continue
+        if slug not in domains:
+            domains[slug] = _domain_vectors(slug, provider.model_id)
+        corpus = domains[slug]
+        domain = max(best, float(np.max(corpus @ _unit(vector))) if corpus is not None else -1.0)
+        if nearest or corpus is not None:  # with nothing to compare against, it cannot be told
+            if float(retrieval.background_similarity(vector, provider)[0]) >= domain:
+                off.add(pk)
+    return answered, off, nearest_of
+
+
+def close_answered(answered: dict[int, int]) -> int:
+    """Close the gaps a lesson would now be served for, naming the lesson."""
+    now = timezone.now()
+    closed = 0
+    for lesson_id in set(answered.values()):
+        ids = [pk for pk, lid in answered.items() if lid == lesson_id]
+        closed += Retrieval.objects.gaps().filter(pk__in=ids).update(gap_dismissed_at=now, gap_answered_by_id=lesson_id)
+    return closed
+
+
 def compute_gap_groups(*, workspace: str = "") -> list[GapGroup]:
-    """The open gaps, grouped, biggest groups first (ties: newest first). The work ``refresh`` does."""
+    """The open gaps, grouped, biggest groups first (ties: newest first), nothing closed."""
+    return _grouped(workspace=workspace)[0]
+
+
+def _grouped(
+    *, workspace: str = "", close: bool = False, nearest_cache: dict[str, Any] | None = None
+) -> tuple[list[GapGroup], dict[str, Any]]:
+    """The work ``refresh`` does: ``(groups, nearest)`` (``close``: first close the gaps a lesson would now
+    be served for; ``nearest_cache`` and ``nearest``: see ``classify``)."""
     rows = Retrieval.objects.gaps()
     if workspace:
         rows = rows.filter(workspace=workspace)
     window = list(
-        rows.order_by("-created_at", "-id").values_list("id", "task", "agent", "workspace", "created_at", "embedding")[
-            : settings.LESSONS_GAP_WINDOW
-        ]
+        rows.order_by("-created_at", "-id").values_list(
+            "id", "task", "agent", "workspace", "created_at", "embedding", "embedding_model"
+        )[: settings.LESSONS_GAP_WINDOW]
     )
+    answered, off, nearest = classify(window, nearest_cache)
+    if close and answered:
+        close_answered(answered)
+    window = [row for row in window if row[0] not in answered]
+    verdicts: dict[int, list[bool]] = {}
     groups: list[GapGroup] = []
     # The groups' head vectors by dimension, in the order the groups were made (first match wins).
     heads: dict[int, tuple[np.ndarray, list[int]]] = {}
     by_text: dict[str, GapGroup] = {}
     threshold = settings.LESSONS_GAP_GROUP_SIMILARITY
-    for pk, task, agent, slug, created, embedding in window:
+    for pk, task, agent, slug, created, embedding, model_id in window:
         vector = None if embedding is None else _unit(np.asarray(embedding, dtype=np.float32))
         group = None
         if vector is not None and vector.shape[0] in heads:
@@ -94,12 +178,17 @@ def compute_gap_groups(*, workspace: str = "") -> list[GapGroup]:
         elif len(group.examples) < 3 and key != " ".join(group.task.lower().split()):
             group.examples.append(task)
         group.ids.append(pk)
+        if embedding is not None and model_id:
+            verdicts.setdefault(id(group), []).append(pk in off)
         group.members.append(slug or "")
         if agent:
             group.agents.add(agent)
         if slug:
             group.workspaces.add(slug)
-    return sorted(groups, key=lambda g: (-g.count, -g.newest.timestamp()))
+    for group in groups:
+        seen = verdicts.get(id(group), [])
+        group.off_domain = bool(seen) and all(seen)
+    return sorted(groups, key=lambda g: (-g.count, -g.newest.timestamp())), nearest
 
 
 def _dump(group: GapGroup) -> dict[str, Any]:
@@ -110,6 +199,7 @@ def _dump(group: GapGroup) -> dict[str, Any]:
         "members": group.members,
         "agents": sorted(group.agents),
         "examples": group.examples,
+        "off_domain": group.off_domain,
     }
 
 
@@ -128,26 +218,37 @@ def _load(data: dict[str, Any], *, workspace: str = "") -> GapGroup | None:
         agents=set(data["agents"]),
         workspaces={slug for slug in members if slug},
         examples=list(data["examples"]),
+        off_domain=bool(data.get("off_domain", False)),
     )
 
 
 def _inputs() -> list[Any]:
     """What the grouping depends on, cheaply: open gaps, the newest, how many have a vector, the settings."""
+    from lessons.models import Lesson
+
     seen = Retrieval.objects.gaps().aggregate(n=Count("id"), last=Max("id"), embedded=Count("embedding"))
+    # A lesson added, edited, embedded or archived may close a gap; a newly served task moves the domain.
+    store = Lesson.objects.aggregate(n=Count("embedding"), changed=Max("updated_at"))
+    served = Retrieval.objects.filter(gap=False).aggregate(last=Max("id"))
     window, threshold = settings.LESSONS_GAP_WINDOW, settings.LESSONS_GAP_GROUP_SIMILARITY
-    return [seen["n"], seen["last"], seen["embedded"], window, threshold]
+    changed = store["changed"].isoformat() if store["changed"] else None
+    return [seen["n"], seen["last"], seen["embedded"], window, threshold, store["n"], changed, served["last"]]
 
 
 def refresh(*, force: bool = False) -> int:
     """Group the open gaps into the maintained row (skipped while its inputs are unchanged); the number of
     groups."""
     inputs = _inputs()
-    if not force:
-        data = DerivedState.read(SNAPSHOT)
-        if data and data.get("inputs") == inputs:
-            return len(data.get("groups", []))
-    groups = compute_gap_groups()
-    DerivedState.write(SNAPSHOT, {"groups": [_dump(g) for g in groups], "inputs": inputs})
+    data = DerivedState.read(SNAPSHOT)
+    if not force and data and data.get("inputs") == inputs:
+        return len(data.get("groups", []))
+    store = inputs[5:7]  # the lesson store's state: while it is unchanged, each gap's nearest lesson is too
+    cache = data.get("nearest") if data and data.get("store") == store else None
+    groups, nearest = _grouped(close=True, nearest_cache=cache)
+    inputs = _inputs()  # closing gaps changed them
+    DerivedState.write(
+        SNAPSHOT, {"groups": [_dump(g) for g in groups], "inputs": inputs, "store": store, "nearest": nearest}
+    )
     return len(groups)
 
 

@@ -4,8 +4,9 @@ rank, and which lessons it would push out of their top five.
 It replays the logged retrievals against vectors only: for each of the newest
 ``LESSONBOARD_IMPACT_WINDOW`` retrievals whose task has a vector (same embedding model), the lessons it
 served and the proposed lesson are ranked by cosine similarity to the task; the proposed lesson "would be
-retrieved" where it ranks within the top ``TOP`` and is at least ``LESSONBOARD_IMPACT_MIN_SIMILARITY``
-similar. Hybrid retrieval also weighs full text and tags, so this is a preview of the vector side, said so
+retrieved" where it ranks within the top ``TOP`` and clears the retrieval floor for that task
+(``lessons.retrieval.floor_passes``: the same rule a retrieve applies, no threshold of its own). Only the
+lesson's own workspace's tasks count, each task once. Hybrid retrieval also weighs full text and tags, so this is a preview of the vector side, said so
 on the page. Cost: one embedding and a (window × served) matrix product in numpy.
 """
 
@@ -17,7 +18,7 @@ from datetime import datetime
 import numpy as np
 from django.conf import settings
 
-from lessons import embeddings
+from lessons import embeddings, retrieval
 from lessons.lesson_vectors import embed_lessons
 from lessons.models import Lesson
 from lessons.usage.models import Retrieval, Served
@@ -55,9 +56,10 @@ class Impact:
 
 
 def preview(*, situation: str, mistake: str, correction: str, tags: list[str], workspace: str | None = None) -> Impact:
-    """``workspace``: the proposal's workspace slug — only tasks retrieval would serve it for count: that
-    workspace's and those searched across every workspace (``""``), never another tenant's; ``None``
-    keeps all (callers without one). A task asked several times counts once (its newest retrieval)."""
+    """``workspace``: the lesson's workspace slug — only tasks whose retrieve could serve it count: that
+    workspace's, and those searched across every workspace (``""``, an unbound token naming none), never
+    another workspace's (its retrieve serves only its own lessons); ``None`` keeps all (callers without
+    one). A task asked several times counts once (its newest retrieval)."""
     provider = embeddings.provider()
     if provider is None:
         return Impact(False, "no embedding provider is configured, so recent tasks cannot be compared")
@@ -87,11 +89,11 @@ def preview(*, situation: str, mistake: str, correction: str, tags: list[str], w
     lessons = Lesson.objects.filter(pk__in=lesson_ids, embedding_model=provider.model_id).in_bulk()
     lesson_vectors = {pk: _unit(np.asarray(lesson.embedding, dtype=np.float32)) for pk, lesson in lessons.items()}
     impact = Impact(True, considered=len(rows))
-    floor = settings.LESSONBOARD_IMPACT_MIN_SIMILARITY
+    served_above_floor = retrieval.floor_passes(tasks, proposed, provider)
     for index, (retrieval_id, task, agent, at, _) in enumerate(rows):
         similarity = float(proposed[index])
-        if similarity < floor:
-            continue
+        if not served_above_floor[index]:
+            continue  # retrieval's floor: nothing this close would be served for that task
         others = sorted(
             (
                 (float(lesson_vectors[pk] @ tasks[index]), pk)

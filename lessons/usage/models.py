@@ -30,6 +30,10 @@ class Retrieval(models.Model):
     # Nothing applied: the retrieval returned no lesson (the relevance floor left none).
     gap = models.BooleanField(default=False)
     gap_dismissed_at = models.DateTimeField(null=True, blank=True)
+    # Set with gap_dismissed_at when the gap closed on its own: this lesson would now be served for the task.
+    gap_answered_by = models.ForeignKey(
+        "lessons.Lesson", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # The task's vector, filled by the embed worker after the answer (gaps are grouped by it, and the impact
     # preview ranks a pending lesson against it). Unsized: the model may change; nothing indexes it.
     embedding = VectorField(null=True, blank=True)

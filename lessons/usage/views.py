@@ -3,6 +3,8 @@ for this". Reading needs ``lessonboard.view_dashboard``; dismissing needs ``less
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -22,7 +24,7 @@ PAGE_GROUPS = 200  # the biggest groups shown; a page of 1,000 one-task groups t
 def gaps_page(request: HttpRequest) -> HttpResponse:
     workspace = request.GET.get("workspace", "")[:100]
     groups = gaps.open_gap_groups(workspace=workspace)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "group": group,
             "write_url": group.write_url,
@@ -31,7 +33,9 @@ def gaps_page(request: HttpRequest) -> HttpResponse:
         for group in groups[:PAGE_GROUPS]
     ]
     context = {
-        "rows": rows,
+        "rows": [row for row in rows if not row["group"].off_domain],
+        # Told apart: tasks no lesson of the workspace could address (docs/lessons.md#gaps).
+        "off_rows": [row for row in rows if row["group"].off_domain],
         "more": max(0, len(groups) - PAGE_GROUPS),
         "workspace": workspace,
         "can_edit": request.user.has_perm(EDIT_PERM),

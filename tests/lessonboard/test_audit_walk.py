@@ -40,7 +40,7 @@ READ_ONLY_URLS = {
     "lessons:search", "lessons:gaps", "lessons:impact", "lessons:detail",
     "refine:runs", "refine:run", "refine:api-run",
     "reflect:workspaces", "reflect:workspace", "reflect:api-manifest", "reflect:api-prompts",
-    "reviews:queue", "reviews:decisions", "reviews:proposal", "reviews:api-memory",
+    "reviews:queue", "reviews:decisions", "reviews:gates", "reviews:proposal", "reviews:api-memory",
     "lessons:api-get", "lessons:api-list", "lessons:api-history", "api-operator-dlq", "running-now", "schedules", "usage", "favicon",
 }  # fmt: skip
 # Records that are their own log, written at agent volume: the row carries who (token), what and when.
@@ -75,6 +75,7 @@ AUDITED_ELSEWHERE = {
     "reviews:approve": "tests/review/test_views.py: review.approve",
     "reviews:reject": "tests/review/test_views.py: review.reject",
     "reviews:undo": "tests/review/test_views.py: review.undo",
+    "reviews:gates-save": "tests/review/test_workspace_gates.py: review.gates",
     "queue-pause": "tests/operator/test_second_day.py: queue.pause",
     "queue-resume": "lessonboard/pauses.py resume records queue.resume",
     "job-cancel": "tests/operator/test_running_worker.py: queue.cancel",
@@ -83,6 +84,8 @@ AUDITED_ELSEWHERE = {
     "api-operator-dlq-bulk": "tests/operator/test_operator_api.py: queue.bulk_start",
     "api-operator-pause": "tests/operator/test_operator_api.py: queue.pause",
     "api-operator-resume": "lessonboard/pauses.py resume records queue.resume",
+    "api-operator-proposal-approve": "tests/operator/test_proposal_api.py: review.approve",
+    "api-operator-proposal-reject": "tests/operator/test_proposal_api.py: review.reject",
 }
 
 

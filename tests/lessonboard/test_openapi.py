@@ -173,7 +173,7 @@ def test_what_the_schema_refuses_the_view_refuses_naming_the_field(
     refusal = next(jsonschema.Draft202012Validator(schema).iter_errors(body))
     assert list(refusal.absolute_path)[:1] == [field]  # the document refuses it for that field
     Workspace.objects.create(slug="ws", name="ws")
-    url = path.replace("{slug}", "ws")
+    url = path.replace("{slug}", "ws").replace("{pk}", "1")
     response = Client().post(
         url, body, content_type="application/json", headers={"Authorization": f"Bearer {agent_token('t', 'full')}"}
     )

@@ -36,7 +36,7 @@ def test_pages_read_the_maintained_gap_groups_and_never_group(api, client_as, ca
     def never(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a page request grouped the gaps")
 
-    monkeypatch.setattr(gaps, "compute_gap_groups", never)
+    monkeypatch.setattr(gaps, "_grouped", never)
     client = client_as(carol)
     html = client.get("/lessons/gaps/").content.decode()
     assert 'data-gap-count="2"' in html and 'data-gap-count="1"' in html
@@ -94,13 +94,13 @@ def test_beats_refresh_regroups_only_when_the_gaps_changed(api, monkeypatch):
     _gap(api, "rotate the TLS certificates")
     assert gaps.refresh() == 1
     calls: list[int] = []
-    compute = gaps.compute_gap_groups
+    compute = gaps._grouped
 
     def counted(**kwargs: Any) -> Any:
         calls.append(1)
         return compute(**kwargs)
 
-    monkeypatch.setattr(gaps, "compute_gap_groups", counted)
+    monkeypatch.setattr(gaps, "_grouped", counted)
     assert gaps.refresh() == 1 and calls == []  # unchanged inputs: the row stays, nothing is grouped
     _gap(api, "translate the emails")
     assert gaps.refresh() == 2 and calls == [1]

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from lessonboard.models import AuditEvent, TokenScope
@@ -32,11 +33,24 @@ class Command(BaseCommand):
             help="let an ingest token create a workspace by naming a new one (full tokens always may)",
         )
 
+        parser.add_argument(
+            "--for-user",
+            default=None,
+            metavar="USERNAME",
+            help="the person the token belongs to: a proposal decision over the operator API records this user",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
+        owner = None
+        if options["for_user"] is not None:
+            owner = get_user_model().objects.filter(username=options["for_user"]).first()
+            if owner is None:
+                raise CommandError(f"no user {options['for_user']!r} (create it with create_user first)")
         try:
             issued = issue_token(
                 options["name"],
                 options["scope"] or [TokenScope.INGEST],
+                created_by=owner,
                 workspaces=options["workspace"] or [],
                 may_create_workspaces=options["may_create_workspaces"],
             )
@@ -46,6 +60,7 @@ class Command(BaseCommand):
             "token.create",
             object_type="agent_token",
             object_ids=[issued.token.pk],
+            result={"for_user": owner.get_username()} if owner is not None else None,
             reason="manage.py create_agent_token",
         )
         self.stdout.write(f"Token for {issued.token.name} (scopes: {', '.join(issued.token.scopes)}):")
