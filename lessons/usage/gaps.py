@@ -1,8 +1,8 @@
 """Knowledge gaps: tasks for which no lesson applied, grouped so that twenty phrasings of one missing
 lesson show as one row with a count.
 
-Grouping is greedy and single-pass over the newest ``LESSONS_GAP_WINDOW`` open gaps, newest first: a task
-joins the first group whose first (newest) task is at least ``LESSONS_GAP_GROUP_SIMILARITY`` cosine-similar,
+Grouping is greedy and single-pass over the newest ``GAP_WINDOW`` open gaps, newest first: a task
+joins the first group whose first (newest) task is at least ``GAP_GROUP_SIMILARITY`` cosine-similar,
 else it starts a group. Tasks without a vector yet (the embed worker has not reached them, or no provider
 is configured) fall back to grouping by identical text. One matrix product per task over the groups'
 heads (numpy).
@@ -62,14 +62,14 @@ def compute_gap_groups(*, workspace: str = "") -> list[GapGroup]:
         rows = rows.filter(workspace=workspace)
     window = list(
         rows.order_by("-created_at", "-id").values_list("id", "task", "agent", "workspace", "created_at", "embedding")[
-            : settings.LESSONS_GAP_WINDOW
+            : settings.GAP_WINDOW
         ]
     )
     groups: list[GapGroup] = []
     # The groups' head vectors by dimension, in the order the groups were made (first match wins).
     heads: dict[int, tuple[np.ndarray, list[int]]] = {}
     by_text: dict[str, GapGroup] = {}
-    threshold = settings.LESSONS_GAP_GROUP_SIMILARITY
+    threshold = settings.GAP_GROUP_SIMILARITY
     for pk, task, agent, slug, created, embedding in window:
         vector = None if embedding is None else _unit(np.asarray(embedding, dtype=np.float32))
         group = None
@@ -134,7 +134,7 @@ def _load(data: dict[str, Any], *, workspace: str = "") -> GapGroup | None:
 def _inputs() -> list[Any]:
     """What the grouping depends on, cheaply: open gaps, the newest, how many have a vector, the settings."""
     seen = Retrieval.objects.gaps().aggregate(n=Count("id"), last=Max("id"), embedded=Count("embedding"))
-    window, threshold = settings.LESSONS_GAP_WINDOW, settings.LESSONS_GAP_GROUP_SIMILARITY
+    window, threshold = settings.GAP_WINDOW, settings.GAP_GROUP_SIMILARITY
     return [seen["n"], seen["last"], seen["embedded"], window, threshold]
 
 

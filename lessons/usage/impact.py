@@ -66,7 +66,7 @@ def preview(*, situation: str, mistake: str, correction: str, tags: list[str], w
         logged = logged.filter(workspace__in=[workspace, ""])
     rows, seen = [], set()
     for row in logged.order_by("-created_at", "-id").values_list("id", "task", "agent", "created_at", "embedding")[
-        : settings.LESSONBOARD_IMPACT_WINDOW
+        : settings.IMPACT_WINDOW
     ]:
         key = " ".join(str(row[1]).lower().split())
         if key not in seen:  # the same task asked again is one task, not one per time it was asked
@@ -87,7 +87,7 @@ def preview(*, situation: str, mistake: str, correction: str, tags: list[str], w
     lessons = Lesson.objects.filter(pk__in=lesson_ids, embedding_model=provider.model_id).in_bulk()
     lesson_vectors = {pk: _unit(np.asarray(lesson.embedding, dtype=np.float32)) for pk, lesson in lessons.items()}
     impact = Impact(True, considered=len(rows))
-    floor = settings.LESSONBOARD_IMPACT_MIN_SIMILARITY
+    floor = settings.IMPACT_MIN_SIMILARITY
     for index, (retrieval_id, task, agent, at, _) in enumerate(rows):
         similarity = float(proposed[index])
         if similarity < floor:
