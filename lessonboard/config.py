@@ -206,7 +206,13 @@ VARS: tuple[Var, ...] = (
         help="addresses/CIDR ranges that may read `/metrics` without a token",
         shown="empty (unset under `serve` on loopback: `127.0.0.1,::1`, see [security](security.md#metrics))",
     ),
-    Var("LESSONBOARD_HOST", "text", default="127.0.0.1", section="processes", help="where `serve` binds gunicorn"),
+    Var(
+        "LESSONBOARD_HOST",
+        "text",
+        default="127.0.0.1",
+        section="processes",
+        help="the address `serve` binds gunicorn to",
+    ),
     Var(
         "LESSONBOARD_PORT",
         "integer",
@@ -214,7 +220,7 @@ VARS: tuple[Var, ...] = (
         minimum=1,
         maximum=65535,
         section="processes",
-        help="where `serve` binds gunicorn",
+        help="the port `serve` binds gunicorn to",
     ),
     Var(
         "LESSONBOARD_WEB_WORKERS",
@@ -300,6 +306,7 @@ VARS: tuple[Var, ...] = (
         section="reference",
         help="`postgresql://…` to PostgreSQL ≥ 15 with pgvector and pg_trgm",
         shown="embedded PostgreSQL",
+        example="postgresql://user:password@db.example:5432/lessonboard",
     ),
     Var(
         "LESSONBOARD_EMBEDDED_DB_NAME",
@@ -324,7 +331,7 @@ VARS: tuple[Var, ...] = (
         default=5,
         minimum=1,
         section="reference",
-        help="seconds",
+        help="seconds to wait for a database connection",
         setting="DATABASES",
     ),
     Var(
@@ -333,6 +340,7 @@ VARS: tuple[Var, ...] = (
         section="reference",
         help="`redis://…` to share page counters across nodes",
         shown="file cache in the data dir",
+        example="redis://127.0.0.1:6379/1",
     ),
     Var(
         "LESSONBOARD_API_TOKEN_CACHE_SECONDS",
@@ -349,6 +357,7 @@ VARS: tuple[Var, ...] = (
         section="reference",
         help="`redis://…` or `amqp://…`; `filesystem://` means the embedded broker ([operations](operations.md#broker))",
         shown="the embedded broker (`atomicfs://`) in the data dir",
+        example="redis://127.0.0.1:6379/0",
     ),
     Var(
         "LESSONBOARD_BROKER_POLL_INTERVAL",
@@ -381,6 +390,7 @@ VARS: tuple[Var, ...] = (
         section="llm",
         help="OpenAI-compatible endpoint, e.g. `http://127.0.0.1:11434/v1`",
         shown="unset (no LLM)",
+        example="http://127.0.0.1:11434/v1",
     ),
     Var(
         "LESSONBOARD_LLM_API_KEY",
@@ -392,7 +402,7 @@ VARS: tuple[Var, ...] = (
     Var(
         "OPENAI_API_KEY",
         "text",
-        section="reference",
+        section="llm",
         help="read when `LESSONBOARD_LLM_API_KEY` is not set",
         shown="unset",
         setting="LLM_API_KEY",
@@ -578,7 +588,7 @@ VARS: tuple[Var, ...] = (
         default="info",
         choices=("debug", "info", "warning", "error"),
         section="reference",
-        help="debug / info / warning / error",
+        help="the log level of every process",
     ),
     Var(
         "LESSONBOARD_REFINE_ENABLED",
@@ -1462,10 +1472,13 @@ def declared(name: str) -> Var:
         raise KeyError(f"{name} is not declared in lessonboard/config.py VARS") from None
 
 
-def duplicates() -> list[str]:
-    """Names declared more than once (a test keeps this empty)."""
+def duplicates(declarations: tuple[Var, ...] = ()) -> list[str]:
+    """Names declared more than once in ``declarations`` (default: :data:`VARS`; a test keeps it empty)."""
     seen: set[str] = set()
-    return sorted({var.name for var in VARS if var.name in seen or seen.add(var.name)})  # type: ignore[func-returns-value]
+    twice: set[str] = set()
+    for var in declarations or VARS:
+        (twice if var.name in seen else seen).add(var.name)
+    return sorted(twice)
 
 
 class Reader:
@@ -1591,14 +1604,14 @@ def env_example() -> str:
         for var in VARS:
             if var.section != section.anchor:
                 continue
-            lines.append(f"# {plain(var.help)}")
+            # A default that needs words (computed, or depending on another variable) is named in the
+            # comment and the line stays commented out: setting it would change what "unset" means.
+            note = f" Default: {plain(var.shown)}." if var.shown is not None else ""
+            lines.append(f"# {plain(var.help)}.{note}".replace("..", "."))
+            value = "" if var.default is COMPUTED else value_text(var, var.default)
+            commented = var.commented or var.shown is not None or var.example is not None or value == ""
             if var.example is not None:
-                value, commented = var.example, True
-            elif var.default is COMPUTED:
-                value, commented = plain(var.shown or "").replace("`", ""), True
-            else:
-                value = value_text(var, var.default)
-                commented = var.commented or value == ""
+                value = var.example
             lines.append(f"{'# ' if commented else ''}{var.name}={value}")
     return "\n".join(lines) + "\n"
 
@@ -1621,11 +1634,12 @@ def table(section: Section) -> str:
 
 
 def exceptions_table() -> str:
-    lines = ["| variable | setting |", "|---|---|"]
+    """The exceptions to the naming rule, as a list (each variable has one table row, in its section)."""
+    lines = []
     for var in VARS:
         if var.setting:
-            setting = "none (read before the settings)" if var.setting == NO_SETTING else f"`{var.setting}`"
-            lines.append(f"| `{var.name}` | {setting} |")
+            setting = "no setting (read before the settings)" if var.setting == NO_SETTING else f"`{var.setting}`"
+            lines.append(f"- `{var.name}` → {setting}")
     return "\n".join(lines)
 
 
