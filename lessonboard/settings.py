@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import secrets
 import socket
 from pathlib import Path
 from typing import Any
@@ -34,15 +33,16 @@ if _env_file:
 cfg = Reader()
 
 # --- paths -------------------------------------------------------------------------------------------
+# Importing this module touches no disk: the folders below and the generated secret key are made when
+# Django starts, by lessonboard.datadir.prepare() (docs/configuration.md#data-dir).
 DATA_DIR = cfg("LESSONBOARD_DATA_DIR", default=BASE_DIR / "var", base=BASE_DIR).resolve()
-try:
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-except OSError as exc:
-    raise ImproperlyConfigured(f"LESSONBOARD_DATA_DIR={DATA_DIR} cannot be created: {exc}") from exc
 EMBEDDED_PGDATA = DATA_DIR / "pgdata"
 
 # --- core --------------------------------------------------------------------------------------------
 DEBUG = cfg("LESSONBOARD_DEBUG")
+
+
+SECRET_KEY_FILE = DATA_DIR / "secret_key"
 
 
 def _secret_key() -> str:
@@ -51,18 +51,12 @@ def _secret_key() -> str:
         if len(configured) < 32:
             raise ImproperlyConfigured("LESSONBOARD_SECRET_KEY must be at least 32 characters")
         return configured
-    # No key configured: keep a generated one in the data dir so sessions survive restarts.
-    path = DATA_DIR / "secret_key"
+    # No key configured: the one generated into the data dir, so sessions survive restarts. Empty when
+    # there is none yet: lessonboard.datadir.prepare() makes it at start-up, before anything signs.
     try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        key = secrets.token_urlsafe(50)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(key + "\n")
-        return key
-    except FileExistsError:  # pragma: no cover - two processes raced; the other one wrote it
-        return path.read_text().strip()
+        return SECRET_KEY_FILE.read_text().strip()
+    except (FileNotFoundError, NotADirectoryError):  # none yet (or no data dir: prepare() says so)
+        return ""
 
 
 SECRET_KEY = _secret_key()
@@ -255,7 +249,6 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
-STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True  # serve straight from the source tree: no collectstatic step to forget
 
 # --- Celery --------------------------------------------------------------------------------------------
@@ -268,8 +261,6 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 EMBEDDED_BROKER = CELERY_BROKER_URL.startswith("atomicfs://")
 BROKER_DIR = DATA_DIR / "broker"
 if EMBEDDED_BROKER:
-    for _sub in ("queue", "control"):
-        (BROKER_DIR / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
         # One folder both ways: producers write where consumers read.
         "data_folder_in": str(BROKER_DIR / "queue"),
@@ -313,7 +304,6 @@ LLM_WORKER_QUEUES = ["llm", f"lessonq.{NODE}"]
 # --- metrics -------------------------------------------------------------------------------------------
 # prometheus_client reads this variable at import time, so it is set here, before any app imports it.
 PROMETHEUS_MULTIPROC_DIR = cfg("PROMETHEUS_MULTIPROC_DIR", default=DATA_DIR / "metrics", base=BASE_DIR)
-PROMETHEUS_MULTIPROC_DIR.mkdir(parents=True, exist_ok=True)
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(PROMETHEUS_MULTIPROC_DIR))
 PROMETHEUS_EXPORT_MIGRATIONS = False
 
@@ -647,8 +637,6 @@ if LESSONQ_NODE_LEASE_RENEW * 2 > LESSONQ_NODE_LEASE:
         f"LESSONQ_NODE_LEASE_RENEW ({LESSONQ_NODE_LEASE_RENEW}s) must be at most half of LESSONQ_NODE_LEASE "
         f"({LESSONQ_NODE_LEASE}s): one late renewal must not let the peers adopt a live node's jobs"
     )
-for _sub in ("wal", "dlq", "quarantine", "expired"):
-    (LESSONQ_BASE_DIR / _sub).mkdir(mode=0o750, parents=True, exist_ok=True)
 READINESS_DIRS = [*globals().get("READINESS_DIRS", []), LESSONQ_BASE_DIR / "wal", LESSONQ_BASE_DIR / "dlq"]
 CELERY_BEAT_SCHEDULE["lessonq-sweep"] = {"task": "lessonq.tasks.sweep_all", "schedule": LESSONQ_SWEEP_INTERVAL}
 
