@@ -85,7 +85,7 @@ def seed_lessons(n: int) -> tuple[Workspace, Workspace]:
     if have == n:
         return big, tiny
     model = embeddings.expected_model_id() or "synthetic"
-    dims = settings.LESSONS_EMBEDDING_DIMENSIONS
+    dims = settings.EMBEDDING_DIMENSIONS
     t0 = time.perf_counter()
     Lesson.objects.filter(workspace__in=[big, tiny]).delete()
     topics = "ARRAY[" + ",".join(f"'{t}'" for t in TOPICS) + "]"
@@ -144,7 +144,7 @@ def seed_done_jobs(n: int) -> None:
 
 def seed_gaps(n: int) -> None:
     Retrieval.objects.all().delete()
-    dims = settings.LESSONS_EMBEDDING_DIMENSIONS
+    dims = settings.EMBEDDING_DIMENSIONS
     model = embeddings.expected_model_id() or "synthetic"
     with connection.cursor() as cur:
         cur.execute(

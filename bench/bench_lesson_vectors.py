@@ -33,7 +33,7 @@ def main() -> None:
         "+ situation and correction": lambda lesson, p: [*today(lesson, p), f"{lesson.situation}\n{lesson.correction}"],
         "situation twice": lambda lesson, p: [*today(lesson, p), *today(lesson, p)[1:]],
     }
-    bre.use_model(settings.LESSONS_EMBEDDING_LOCAL_MODEL)
+    bre.use_model(settings.EMBEDDING_LOCAL_MODEL)
     sets = {"set 1": evaluation.load(bre.EVAL), "set 2": evaluation.load(bre.EVAL_2)}
     halves = ["tune", "heldout"] if args.heldout else ["tune"]
     try:

@@ -98,7 +98,7 @@ def main() -> None:
     queue = settings.LESSONQ_QUEUE
     worker_env = {"LESSONBOARD_LLM_BASE_URL": fake.url, "LESSONBOARD_LLM_MODEL": fake.model}
     if embedder == "fake":
-        dimensions = settings.LESSONS_EMBEDDING_DIMENSIONS
+        dimensions = settings.EMBEDDING_DIMENSIONS
         fake.embedding_fn = lambda text: hashed_embedding(text, dimensions)
         # the worker's column size stays this process's (the local model's): the openai provider's
         # default (384) would refuse the fake's vectors
@@ -120,7 +120,7 @@ def main() -> None:
     finally:
         worker.stop()
         fake.stop()
-    embeddings = "fake server (instant)" if embedder == "fake" else f"{settings.LESSONS_EMBEDDING_PROVIDER} provider"
+    embeddings = "fake server (instant)" if embedder == "fake" else f"{settings.EMBEDDING_PROVIDER} provider"
     print(f"worker concurrency {concurrency}, filesystem broker, {n} messages each, embeddings: {embeddings}")
     print(f"no-op Celery task : {n / noop:8.1f} tasks/s")
     print(

@@ -53,7 +53,7 @@ def run(nodes: list[str], n: int, concurrency: int, fake: FakeOpenAIServer, tag:
         for i in range(n):
             node = nodes[i % len(nodes)]
             with override_settings(
-                NODE_NAME=node, LESSONQ_QUEUE=f"lessonq.{node}", LESSONQ_BASE_DIR=base / node, LESSONQ_CAPACITY=10**6
+                NODE=node, LESSONQ_QUEUE=f"lessonq.{node}", LESSONQ_BASE_DIR=base / node, LESSONQ_CAPACITY=10**6
             ):
                 enqueue(LessonRequest(task=f"{tag} task {i}", attempt="a", outcome="ERROR: x", trigger="error"))
         wait_for(
@@ -72,7 +72,7 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     concurrency = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     bench_queue_env.reset_queue()
-    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    settings.EMBEDDING_PROVIDER = "none"
     fake = FakeOpenAIServer().start()
     counter = iter(range(10**9))
     fake.responder = lambda payload: Reply(text=distinct_lesson(next(counter) + random.randrange(10**6)))

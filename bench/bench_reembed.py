@@ -78,7 +78,7 @@ def rate(engine: str, count: int, threads: int) -> float:
     from lessons.models import Lesson
 
     fill(count)
-    settings.LESSONS_EMBEDDING_E5_ENGINE = engine
+    settings.EMBEDDING_E5_ENGINE = engine
     start = time.perf_counter()
     with contextlib.redirect_stderr(io.StringIO()):  # the progress bar
         call_command("lessons", "reembed", "--all", "--threads", str(threads), stdout=io.StringIO())
@@ -123,14 +123,14 @@ def main() -> None:
     setup(args)
     from django.conf import settings
 
-    settings.LESSONS_EMBEDDING_PROVIDER, settings.LESSONS_EMBEDDING_LOCAL_MODEL = "local", args.model
+    settings.EMBEDDING_PROVIDER, settings.EMBEDDING_LOCAL_MODEL = "local", args.model
     bench_lessons_db.empty_lessons()
     print(f"{args.lessons} lessons, reembed --threads {args.threads}, {os.cpu_count()} CPUs visible (shared)")
     if args.model == "use":
         projects, anchors, singles = [], [], []
         for _ in range(max(1, args.rounds)):  # interleaved: all three see the same load
             projects.append(rate("onnx", args.lessons, args.threads))
-            anchors.append(model_alone(args.model, args.lessons, args.threads, settings.LESSONS_EMBEDDING_BATCH))
+            anchors.append(model_alone(args.model, args.lessons, args.threads, settings.EMBEDDING_BATCH))
             singles.append(one_process(args.lessons, args.threads))
             print(
                 f"  round: reembed {projects[-1]:.1f}/s, model alone {anchors[-1]:.1f}/s,"

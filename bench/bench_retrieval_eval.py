@@ -37,24 +37,24 @@ SINGLE = {"text only": ("text",), "vector only": ("vector",), "tags only": ("tag
 
 
 def use_model(model: str) -> None:
-    settings.LESSONS_EMBEDDING_PROVIDER = "local"
-    settings.LESSONS_EMBEDDING_LOCAL_MODEL = model
-    settings.LESSONS_EMBEDDING_DIMENSIONS = embeddings.LOCAL_DIMENSIONS[model]
-    settings.LESSONS_WEIGHT_TEXT = settings.LESSONS_MODEL_DEFAULTS[model]["weight_text"]
-    settings.LESSONS_WEIGHT_TAGS = settings.LESSONS_MODEL_DEFAULTS[model]["weight_tags"]
-    settings.LESSONS_WEIGHT_TEXT_EXACT = settings.LESSONS_MODEL_DEFAULTS[model]["weight_text_exact"]
-    settings.LESSONS_FUSION = settings.LESSONS_MODEL_DEFAULTS[model]["fusion"]
-    settings.LESSONS_RRF_DEPTH = settings.LESSONS_MODEL_DEFAULTS[model]["depth"]
-    settings.LESSONS_FLOOR_MARGIN = settings.LESSONS_MODEL_DEFAULTS[model]["floor_margin"]
-    settings.LESSONS_FLOOR_MARGIN_AGREE = settings.LESSONS_MODEL_DEFAULTS[model].get(
-        "floor_margin_agree", settings.LESSONS_FLOOR_MARGIN
+    settings.EMBEDDING_PROVIDER = "local"
+    settings.EMBEDDING_LOCAL_MODEL = model
+    settings.EMBEDDING_DIMENSIONS = embeddings.LOCAL_DIMENSIONS[model]
+    settings.RETRIEVAL_WEIGHT_TEXT = settings.LESSONS_MODEL_DEFAULTS[model]["weight_text"]
+    settings.RETRIEVAL_WEIGHT_TAGS = settings.LESSONS_MODEL_DEFAULTS[model]["weight_tags"]
+    settings.RETRIEVAL_WEIGHT_TEXT_EXACT = settings.LESSONS_MODEL_DEFAULTS[model]["weight_text_exact"]
+    settings.RETRIEVAL_FUSION = settings.LESSONS_MODEL_DEFAULTS[model]["fusion"]
+    settings.RETRIEVAL_DEPTH = settings.LESSONS_MODEL_DEFAULTS[model]["depth"]
+    settings.RETRIEVAL_FLOOR_MARGIN = settings.LESSONS_MODEL_DEFAULTS[model]["floor_margin"]
+    settings.RETRIEVAL_FLOOR_MARGIN_AGREE = settings.LESSONS_MODEL_DEFAULTS[model].get(
+        "floor_margin_agree", settings.RETRIEVAL_FLOOR_MARGIN
     )
 
 
 def load_set(data: evaluation.EvalSet) -> dict[str, int]:
     bench_lessons_db.empty_lessons()
-    if vectors.column_dimensions() != settings.LESSONS_EMBEDDING_DIMENSIONS:
-        vectors.resize_column(settings.LESSONS_EMBEDDING_DIMENSIONS)
+    if vectors.column_dimensions() != settings.EMBEDDING_DIMENSIONS:
+        vectors.resize_column(settings.EMBEDDING_DIMENSIONS)
     ids = evaluation.store(data)
     vectors.embed_pending()
     with connection.cursor() as cursor:  # the full-text branch's idf comes from the planner statistics
@@ -127,7 +127,7 @@ def fused_ranking(
 ) -> Callable[[str], list[int]]:
     def ranked(phrase: str) -> list[int]:
         present = {b: rows for b, rows in rankings[phrase].items() if weights.of(b) > 0}
-        return [pk for pk, _, _ in retrieval.fuse(present, weights, settings.LESSONS_RRF_K)]
+        return [pk for pk, _, _ in retrieval.fuse(present, weights, settings.RETRIEVAL_RRF_K)]
 
     return ranked
 
@@ -174,8 +174,8 @@ def main() -> None:
     print(
         f"{len(data.lessons)} lessons, {len(data.queries)} queries "
         f"({', '.join(f'{k} {len(v.queries)}' for k, v in kinds.items())}, pt next-task {len(pt.queries)}, "
-        f"off-topic {len(off['tune'])}+{len(off['heldout'])}+{len(off['heldout-2'])}); RRF k={settings.LESSONS_RRF_K}, "
-        f"depth {settings.LESSONS_RRF_DEPTH}"
+        f"off-topic {len(off['tune'])}+{len(off['heldout'])}+{len(off['heldout-2'])}); RRF k={settings.RETRIEVAL_RRF_K}, "
+        f"depth {settings.RETRIEVAL_DEPTH}"
     )
     timing = query_embedding_ms(args.models, [q["query"] for q in data.queries[:60]])
     anchor = "e5" if "e5" in timing else args.models[0]
@@ -184,15 +184,15 @@ def main() -> None:
         + ", ".join(f"{m} {ms:.1f} ms ({ms / timing[anchor]:.2f}× {anchor})" for m, ms in timing.items())
     )
     for model in args.models:
-        settings.LESSONS_EMBEDDING_PROVIDER = "local"
-        settings.LESSONS_EMBEDDING_LOCAL_MODEL = model
-        settings.LESSONS_EMBEDDING_DIMENSIONS = embeddings.LOCAL_DIMENSIONS[model]
+        settings.EMBEDDING_PROVIDER = "local"
+        settings.EMBEDDING_LOCAL_MODEL = model
+        settings.EMBEDDING_DIMENSIONS = embeddings.LOCAL_DIMENSIONS[model]
         # The model's own measured defaults (lessonboard/settings.py), as a deployment running it gets them.
-        settings.LESSONS_WEIGHT_TEXT = settings.LESSONS_MODEL_DEFAULTS[model]["weight_text"]
-        settings.LESSONS_FLOOR_MARGIN = settings.LESSONS_MODEL_DEFAULTS[model]["floor_margin"]
+        settings.RETRIEVAL_WEIGHT_TEXT = settings.LESSONS_MODEL_DEFAULTS[model]["weight_text"]
+        settings.RETRIEVAL_FLOOR_MARGIN = settings.LESSONS_MODEL_DEFAULTS[model]["floor_margin"]
         bench_lessons_db.empty_lessons()
-        if vectors.column_dimensions() != settings.LESSONS_EMBEDDING_DIMENSIONS:
-            vectors.resize_column(settings.LESSONS_EMBEDDING_DIMENSIONS)
+        if vectors.column_dimensions() != settings.EMBEDDING_DIMENSIONS:
+            vectors.resize_column(settings.EMBEDDING_DIMENSIONS)
         ids = evaluation.store(data)
         provider = embeddings.provider()
         assert provider is not None
@@ -202,7 +202,7 @@ def main() -> None:
         assert Lesson.objects.filter(embedding__isnull=True).count() == 0
         print(f"\n== {model} ({provider.model_id}): embedded {len(data.lessons)} lessons in {embed_s:.2f}s")
         base = Lesson.objects.active()
-        depth = settings.LESSONS_RRF_DEPTH
+        depth = settings.RETRIEVAL_DEPTH
         rankings: dict[str, dict[str, list[tuple[int, float]]]] = {}
         gaps: dict[str, float] = {}
         start = time.perf_counter()
@@ -226,7 +226,7 @@ def main() -> None:
         row("vector-only", retrieval.Weights(0, 1, 0))
         for text in TEXT_WEIGHTS[1:]:
             row(f"fused text={text}", retrieval.Weights(text, 1, 0))
-        print(f"  defaults (text={settings.LESSONS_WEIGHT_TEXT}):")
+        print(f"  defaults (text={settings.RETRIEVAL_WEIGHT_TEXT}):")
         row("defaults", retrieval.Weights.from_settings())
         print("  floor (best lesson − closest background sentence ≥ margin):")
         for margin in MARGINS:

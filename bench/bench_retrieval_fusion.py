@@ -61,8 +61,8 @@ def collect(data: evaluation.EvalSet) -> tuple[dict[str, int], dict[str, dict[st
 
 def rrf(row: dict[str, Any], wt: float, wv: float, wg: float) -> list[int]:
     weights = retrieval.Weights(wt, wv, wg)
-    present = {b: row[b][: settings.LESSONS_RRF_DEPTH] for b in retrieval.BRANCHES if weights.of(b) > 0}
-    return [pk for pk, _, _ in retrieval.fuse(present, weights, settings.LESSONS_RRF_K)]
+    present = {b: row[b][: settings.RETRIEVAL_DEPTH] for b in retrieval.BRANCHES if weights.of(b) > 0}
+    return [pk for pk, _, _ in retrieval.fuse(present, weights, settings.RETRIEVAL_RRF_K)]
 
 
 def adaptive(row: dict[str, Any], lo: float, hi: float, wg: float, min_idf: float) -> list[int]:
@@ -121,7 +121,7 @@ def per_kind(
 
 
 def main() -> None:
-    bre.use_model(settings.LESSONS_EMBEDDING_LOCAL_MODEL)
+    bre.use_model(settings.EMBEDDING_LOCAL_MODEL)
     sets = {"set 1": evaluation.load(bre.EVAL), "set 2": evaluation.load(bre.EVAL_2)}
     collected = {name: collect(data) for name, data in sets.items()}
     candidates: dict[str, Callable[[dict[str, Any]], list[int]]] = {

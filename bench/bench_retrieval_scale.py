@@ -29,7 +29,7 @@ from pgvector.psycopg import register_vector  # noqa: E402
 from lessons import embeddings, retrieval  # noqa: E402
 from lessons.models import Lesson  # noqa: E402
 
-DIMS = settings.LESSONS_EMBEDDING_DIMENSIONS
+DIMS = settings.EMBEDDING_DIMENSIONS
 TOPICS = (
     "edit large file patch rewrite timeout retry backoff rate limit 429 migration column index lock "
     "git rebase conflict markers dependency pin version flaky test sleep poll path relative workspace "
@@ -219,7 +219,7 @@ def run(n: int, queries: int, sweep: list[int], reuse: bool, real: np.ndarray | 
     phrases = [text(prnd, 8) for _ in range(queries)]
     for phrase in phrases:
         start = time.perf_counter()
-        retrieval.text_branch(phrase, base, settings.LESSONS_RRF_DEPTH)
+        retrieval.text_branch(phrase, base, settings.RETRIEVAL_DEPTH)
         text_ms.append((time.perf_counter() - start) * 1000)
     # The anchor: raw pgvector HNSW SQL on the same table, in the same run, for the same tasks' query
     # vectors, at the vector branch's depth. A warm-up pass runs both over every task first (the first
@@ -236,13 +236,13 @@ def run(n: int, queries: int, sweep: list[int], reuse: bool, real: np.ndarray | 
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT id FROM lessons_lesson ORDER BY embedding <=> %s::vector LIMIT %s",
-                [str(vector.tolist()), settings.LESSONS_RRF_DEPTH],
+                [str(vector.tolist()), settings.RETRIEVAL_DEPTH],
             )
             cursor.fetchall()
         return (time.perf_counter() - start) * 1000
 
     with connection.cursor() as cursor:
-        cursor.execute("SET hnsw.ef_search = %s", [settings.LESSONS_HNSW_EF_SEARCH])
+        cursor.execute("SET hnsw.ef_search = %s", [settings.RETRIEVAL_EF_SEARCH])
     for task, vector in zip(tasks, task_vectors, strict=True):
         anchor_sql(vector)
         retrieval.search(task, k=5, floor=False)
@@ -265,20 +265,20 @@ def run(n: int, queries: int, sweep: list[int], reuse: bool, real: np.ndarray | 
         start = time.perf_counter()
         embedder.embed_query(task + " ")
         embed_ms.append((time.perf_counter() - start) * 1000)
-    provider = settings.LESSONS_EMBEDDING_PROVIDER
-    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    provider = settings.EMBEDDING_PROVIDER
+    settings.EMBEDDING_PROVIDER = "none"
     lexical_ms = []
     for phrase in tasks:
         start = time.perf_counter()
         retrieval.search(phrase, k=5)
         lexical_ms.append((time.perf_counter() - start) * 1000)
-    settings.LESSONS_EMBEDDING_PROVIDER = provider
-    print(f"HNSW recall@10 vs exact (ef_search={settings.LESSONS_HNSW_EF_SEARCH}): {statistics.mean(recalls):.3f}")
+    settings.EMBEDDING_PROVIDER = provider
+    print(f"HNSW recall@10 vs exact (ef_search={settings.RETRIEVAL_EF_SEARCH}): {statistics.mean(recalls):.3f}")
     print(f"vector branch (top 10):   p50 {pct(vec_ms, 50):7.1f} ms  p95 {pct(vec_ms, 95):7.1f} ms")
     print(f"full-text branch (top 20): p50 {pct(text_ms, 50):7.1f} ms  p95 {pct(text_ms, 95):7.1f} ms")
     print(f"search() lexical only:     p50 {pct(lexical_ms, 50):7.1f} ms  p95 {pct(lexical_ms, 95):7.1f} ms")
     print(f"search() hybrid:           p50 {pct(hybrid_ms, 50):7.1f} ms  p95 {pct(hybrid_ms, 95):7.1f} ms", end="")
-    print(f"  (incl. the {settings.LESSONS_EMBEDDING_LOCAL_MODEL} query embedding, {HYBRID_QUERIES} distinct tasks)")
+    print(f"  (incl. the {settings.EMBEDDING_LOCAL_MODEL} query embedding, {HYBRID_QUERIES} distinct tasks)")
     print(f"search() hybrid, cached:   p50 {pct(cached_ms, 50):7.1f} ms  p95 {pct(cached_ms, 95):7.1f} ms")
     print(f"query embedding alone:     p50 {pct(embed_ms, 50):7.1f} ms  p95 {pct(embed_ms, 95):7.1f} ms")
     anchor = pct(anchor_ms, 95)
@@ -287,10 +287,10 @@ def run(n: int, queries: int, sweep: list[int], reuse: bool, real: np.ndarray | 
         f"ratio p95 search()/raw SQL: hybrid {pct(hybrid_ms, 95) / anchor:.1f}x, cached {pct(cached_ms, 95) / anchor:.1f}x, "
         f"lexical {pct(lexical_ms, 95) / anchor:.1f}x"
     )
-    default_ef = settings.LESSONS_HNSW_EF_SEARCH
+    default_ef = settings.RETRIEVAL_EF_SEARCH
     exact_sets = [set(ids[np.argpartition(-(vectors @ q), 10)[:10]].tolist()) for q in qvec]
     for ef in sweep:
-        settings.LESSONS_HNSW_EF_SEARCH = ef
+        settings.RETRIEVAL_EF_SEARCH = ef
         ms, hits = [], []
         for q, exact in zip(qvec, exact_sets, strict=True):
             start = time.perf_counter()
@@ -300,7 +300,7 @@ def run(n: int, queries: int, sweep: list[int], reuse: bool, real: np.ndarray | 
         print(
             f"  ef_search={ef:<4} recall@10 {statistics.mean(hits):.3f}  p50 {pct(ms, 50):6.1f} ms  p95 {pct(ms, 95):6.1f} ms"
         )
-    settings.LESSONS_HNSW_EF_SEARCH = default_ef
+    settings.RETRIEVAL_EF_SEARCH = default_ef
 
 
 def main() -> None:
@@ -323,7 +323,7 @@ def main() -> None:
     if args.shape == "e5":
         real = real_lesson_vectors()
         print(f"synthetic vectors: {DIMS} dims, e5-shaped; {args.queries} queries")
-        print(f"real lesson vectors of {settings.LESSONS_EMBEDDING_LOCAL_MODEL} ({len(real)}): {neighbour_stats(real)}")
+        print(f"real lesson vectors of {settings.EMBEDDING_LOCAL_MODEL} ({len(real)}): {neighbour_stats(real)}")
     else:
         print(f"synthetic vectors: {DIMS} dims, cluster centres + noise {args.noise}; {args.queries} queries")
     for n in args.sizes:

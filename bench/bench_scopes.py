@@ -98,7 +98,7 @@ def main() -> None:
     parser.add_argument("--shared", type=float, default=0.005, help="share of lessons in the shared tier")
     parser.add_argument("--queries", type=int, default=100)
     args = parser.parse_args()
-    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    settings.EMBEDDING_PROVIDER = "none"
     rnd = random.Random(7)
     Workspace.objects.filter(slug__startswith="bench-").delete()
     ids = [Workspace.objects.create(slug=f"bench-{w}", name=f"bench-{w}").pk for w in range(args.workspaces)]

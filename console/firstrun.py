@@ -27,5 +27,5 @@ def guide(base_url: str) -> FirstRun | None:
     return FirstRun(
         token_command="python3 lb.py manage create_agent_token my-agent --scope full",
         demo_command="python3 lb.py manage demo" if embedded.in_use() else None,
-        base_url=base_url.rstrip("/") or f"http://{settings.WEB_HOST}:{settings.WEB_PORT}",
+        base_url=base_url.rstrip("/") or f"http://{settings.HOST}:{settings.PORT}",
     )

@@ -6,6 +6,15 @@ class LessonboardConfig(AppConfig):
     name = "lessonboard"
     verbose_name = "lessonboard"
 
+    def import_models(self) -> None:
+        # The data dir's folders and the secret key, once per process, before any app's models are imported
+        # (prometheus_client opens its multiprocess files as soon as a metric is defined; the apps before
+        # this one in INSTALLED_APPS define none). Importing the settings alone touches no disk.
+        from lessonboard import datadir
+
+        datadir.prepare()
+        super().import_models()
+
     def ready(self) -> None:
         # Framework hook only: keep the role groups in line with the permissions after each migrate.
         from lessonboard.roles import sync_roles

@@ -44,7 +44,7 @@ def socket_dir(pgdata: Path) -> Path:
         lines = (pgdata / "postmaster.pid").read_text().splitlines()
         if len(lines) >= 5 and lines[4].strip():
             return Path(lines[4].strip())
-    except (FileNotFoundError, PermissionError):
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
         pass
     return pgdata
 

@@ -38,3 +38,25 @@ def write_atomic(path: Path, data: bytes, *, mode: int) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def create_atomic(path: Path, data: bytes, *, mode: int) -> bool:
+    """Create ``path`` with ``data`` unless it exists: temp file (mode ``mode``), fsync, hard link to
+    ``path`` (which fails if another process made it first), fsync the directory. True when this call
+    made the file; False when it was already there, whose content is then left as it is: two processes
+    racing agree on the first one's file, and no reader ever sees a torn one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    fsync_dir(path.parent)
+    return True

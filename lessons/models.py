@@ -135,7 +135,7 @@ class Lesson(models.Model):
     )
     # Vector branch: the embedding of ``embedding_text()`` by ``embedding_model`` (NULL until the
     # ``embed`` task has run). The dimension is a setting, checked against the provider at start-up.
-    embedding = VectorField(dimensions=settings.LESSONS_EMBEDDING_DIMENSIONS, null=True, blank=True)
+    embedding = VectorField(dimensions=settings.EMBEDDING_DIMENSIONS, null=True, blank=True)
     embedding_model = models.CharField(max_length=200, blank=True)
     embedded_at = models.DateTimeField(null=True, blank=True)
     # doc2query (``lessons.doc2query``): "applies when" tasks the LLM wrote for this lesson, embedded with

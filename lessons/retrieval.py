@@ -1,6 +1,6 @@
 """Hybrid retrieval: PostgreSQL full text + vector similarity + tag overlap, fused by reciprocal rank.
 
-``search(query, k=…, filters=…, hyde=…)`` runs each branch for its top ``LESSONS_RRF_DEPTH`` lessons
+``search(query, k=…, filters=…, hyde=…)`` runs each branch for its top ``RETRIEVAL_DEPTH`` lessons
 (after the filters), then scores every lesson ``Σ weight_b / (rrf_k + rank_b)`` over the branches that
 found it. Each hit carries its per-branch rank and raw score, so a page can say why it was found.
 With ``hyde`` the LLM first writes a hypothetical lesson for the task and the vector branch embeds
@@ -8,9 +8,9 @@ that instead of the bare query (the explanation records it).
 
 The floor: when no lesson is closer to the task than the closest of a few dozen everyday, off-topic
 sentences (``lessons/data/background.txt``, embedded by the same model) by at least
-``LESSONS_FLOOR_MARGIN`` (``LESSONS_FLOOR_MARGIN_AGREE`` when the branches agree: the best vector hit
+``RETRIEVAL_FLOOR_MARGIN`` (``RETRIEVAL_FLOOR_MARGIN_AGREE`` when the branches agree: the best vector hit
 is among the first 5 full-text hits), nothing applies and the answer is empty with a ``reason``
-(docs/lessons.md#floor). A task is cut to ``LESSONS_QUERY_MAX_CHARS`` before anything else, and
+(docs/lessons.md#floor). A task is cut to ``RETRIEVAL_QUERY_MAX_CHARS`` before anything else, and
 query embeddings are kept in a small LRU cache.
 """
 
@@ -134,7 +134,7 @@ class Weights:
 
     @classmethod
     def from_settings(cls) -> Weights:
-        return cls(settings.LESSONS_WEIGHT_TEXT, settings.LESSONS_WEIGHT_VECTOR, settings.LESSONS_WEIGHT_TAGS)
+        return cls(settings.RETRIEVAL_WEIGHT_TEXT, settings.RETRIEVAL_WEIGHT_VECTOR, settings.RETRIEVAL_WEIGHT_TAGS)
 
     def of(self, branch: str) -> float:
         return float(getattr(self, branch))
@@ -160,11 +160,11 @@ def query_terms(query: str) -> list[str]:
 # the terms it has, plus a small share of ``ts_rank`` (how often and how densely): a rare exact identifier
 # outweighs any number of everyday words.
 #
-# Cost (docs/api.md#limits): at most ``LESSONS_TEXT_MAX_TERMS`` terms are ORed — the rarest by the
+# Cost (docs/api.md#limits): at most ``RETRIEVAL_MAX_TERMS`` terms are ORed — the rarest by the
 # statistics, the rest dropped and listed in the explanation (``text_terms_over_cap``) — and on a big table
-# (``LESSONS_TEXT_PRUNE_FROM_ROWS``) terms in more than ``LESSONS_TEXT_COMMON_SHARE`` of lessons are left
+# (``RETRIEVAL_PRUNE_FROM_ROWS``) terms in more than ``RETRIEVAL_COMMON_SHARE`` of lessons are left
 # out (``common_terms_left_out``; next to the vector branch a task of common words only skips full text).
-# At most ``LESSONS_TEXT_CANDIDATES`` matching rows are scored; the GIN index leads with the workspace, so a
+# At most ``RETRIEVAL_TEXT_CANDIDATES`` matching rows are scored; the GIN index leads with the workspace, so a
 # workspace's search is bounded inside the index scan.
 _STATS_TTL = 300.0
 _stats_cache: dict[str, Any] = {"at": -_STATS_TTL, "freqs": {}, "rows": 0.0, "tags": {}}
@@ -206,7 +206,7 @@ def _workspace_term_frequencies(workspace: str) -> tuple[dict[str, float], float
             )
             row = cursor.fetchone()
             ws_id, rows = (int(row[0]), float(row[1])) if row else (None, 0.0)
-            if ws_id is not None and rows >= settings.LESSONS_TEXT_PRUNE_FROM_ROWS:
+            if ws_id is not None and rows >= settings.RETRIEVAL_PRUNE_FROM_ROWS:
                 sample = min(rows, float(WORKSPACE_TERM_SAMPLE))
                 inner = (
                     "SELECT search_vector FROM lessons_lesson WHERE workspace_id = "  # noqa: S608 - an int
@@ -214,7 +214,7 @@ def _workspace_term_frequencies(workspace: str) -> tuple[dict[str, float], float
                 )
                 cursor.execute(
                     "SELECT word, ndoc FROM ts_stat(%s) WHERE ndoc > %s",
-                    [inner, sample * settings.LESSONS_TEXT_COMMON_SHARE],
+                    [inner, sample * settings.RETRIEVAL_COMMON_SHARE],
                 )
                 freqs = {word: ndoc / sample for word, ndoc in cursor.fetchall()}
         if len(_workspace_stats) > 1000:
@@ -309,13 +309,13 @@ def analyse_terms(
     def share_of(term: TextTerm) -> float:
         return term.share if not workspace else max(prune_freqs.get(lex, 0.0) for lex in term.lexemes)
 
-    if prune_rows >= settings.LESSONS_TEXT_PRUNE_FROM_ROWS and prune_freqs:
-        kept = [t for t in terms if share_of(t) <= settings.LESSONS_TEXT_COMMON_SHARE]
+    if prune_rows >= settings.RETRIEVAL_PRUNE_FROM_ROWS and prune_freqs:
+        kept = [t for t in terms if share_of(t) <= settings.RETRIEVAL_COMMON_SHARE]
         if not kept and terms and keep_rarest:
             kept = terms[:1]
         left_out["common"] = [t.label for t in terms if t not in kept]
         terms = kept
-    cap = settings.LESSONS_TEXT_MAX_TERMS
+    cap = settings.RETRIEVAL_MAX_TERMS
     left_out["over_cap"] = [t.label for t in terms[cap:]]
     return terms[:cap], left_out
 
@@ -344,7 +344,7 @@ def text_branch_detail(
     query: str, base: Any, depth: int, lexemes: list[str] | None = None, terms: list[TextTerm] | None = None
 ) -> list[tuple[int, float, float]]:
     """Lessons having any of the task's terms, by the idf of the terms they have (see above). At most
-    ``LESSONS_TEXT_CANDIDATES`` matching rows are scored, which bounds the branch at any table size."""
+    ``RETRIEVAL_TEXT_CANDIDATES`` matching rows are scored, which bounds the branch at any table size."""
     if terms is None:
         terms, _ = analyse_terms(query)
     if lexemes is not None:
@@ -365,7 +365,7 @@ def text_branch_detail(
             params=[every],
         )
         .order_by()
-        .values_list("id", "tmatch", "trank")[: settings.LESSONS_TEXT_CANDIDATES]
+        .values_list("id", "tmatch", "trank")[: settings.RETRIEVAL_TEXT_CANDIDATES]
     )
     sql, params = candidates.query.sql_with_params()
     with connection.cursor() as cursor:
@@ -458,8 +458,8 @@ def _embed_query(provider: embeddings.Provider, query: str, scope: str = "") -> 
 
 def query_vectors() -> QueryVectors:
     global _query_vectors
-    if _query_vectors is None or _query_vectors.size != settings.LESSONS_QUERY_CACHE_SIZE:
-        _query_vectors = QueryVectors(settings.LESSONS_QUERY_CACHE_SIZE)
+    if _query_vectors is None or _query_vectors.size != settings.RETRIEVAL_QUERY_CACHE:
+        _query_vectors = QueryVectors(settings.RETRIEVAL_QUERY_CACHE)
     return _query_vectors
 
 
@@ -500,11 +500,11 @@ def background_vectors(provider: embeddings.Provider) -> Any:
 def floor_passes(vectors: Any, similarities: Any, provider: embeddings.Provider) -> Any:
     """The floor's decision for many tasks at once (``floor_check``'s rule, one matrix product): for each
     task vector (a row) whether a lesson at that cosine similarity to it clears the closest everyday
-    off-topic sentence by ``LESSONS_FLOOR_MARGIN`` — i.e. whether retrieval would serve it. The impact
+    off-topic sentence by ``RETRIEVAL_FLOOR_MARGIN`` — i.e. whether retrieval would serve it. The impact
     preview and the knowledge gaps decide with this, never with a threshold of their own."""
     matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
     background = np.max(matrix @ background_vectors(provider).T, axis=1)
-    return np.asarray(similarities, dtype=np.float32) - background >= settings.LESSONS_FLOOR_MARGIN
+    return np.asarray(similarities, dtype=np.float32) - background >= settings.RETRIEVAL_FLOOR_MARGIN
 
 
 def background_similarity(vectors: Any, provider: embeddings.Provider) -> Any:
@@ -516,11 +516,11 @@ def background_similarity(vectors: Any, provider: embeddings.Provider) -> Any:
 def floor_check(vector: Any, best: float, provider: embeddings.Provider, *, agree: bool = False) -> dict[str, Any]:
     """How the best lesson's similarity compares with the closest off-topic sentence's. With ``agree``
     (the branches agree on the best lesson: ``branches_agree``) the margin is the smaller of
-    ``LESSONS_FLOOR_MARGIN`` and ``LESSONS_FLOOR_MARGIN_AGREE``."""
+    ``RETRIEVAL_FLOOR_MARGIN`` and ``RETRIEVAL_FLOOR_MARGIN_AGREE``."""
     background = float(np.max(background_vectors(provider) @ np.asarray(vector, dtype=np.float32)))
-    margin = settings.LESSONS_FLOOR_MARGIN
+    margin = settings.RETRIEVAL_FLOOR_MARGIN
     if agree:
-        margin = min(margin, settings.LESSONS_FLOOR_MARGIN_AGREE)
+        margin = min(margin, settings.RETRIEVAL_FLOOR_MARGIN_AGREE)
     return {
         "best_similarity": round(best, 4),
         "background_similarity": round(background, 4),
@@ -543,7 +543,7 @@ def vector_branch(vector: Any, base: Any, depth: int, model_id: str) -> list[tup
             # until enough rows pass them (pgvector ≥ 0.8); "relaxed" order is put right by the sort below.
             cursor.execute(
                 "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-                [str(max(settings.LESSONS_HNSW_EF_SEARCH, depth))],
+                [str(max(settings.RETRIEVAL_EF_SEARCH, depth))],
             )
         rows = (
             base.filter(embedding__isnull=False, embedding_model=model_id)
@@ -558,24 +558,24 @@ def vector_branch(vector: Any, base: Any, depth: int, model_id: str) -> list[tup
 
 def tag_branch(query: str, base: Any, depth: int) -> list[tuple[int, float]]:
     """Lessons whose tags equal query words (or hyphen-joined word pairs), most shared tags first. At most
-    ``LESSONS_TAG_MAX_CANDIDATES`` candidate tags (the task's words first, then word pairs), and at most
-    ``LESSONS_TEXT_CANDIDATES`` matching lessons are read and ranked; on a big table, tags in more than
-    ``LESSONS_TEXT_COMMON_SHARE`` of lessons are left out as the full-text branch's common words are (a
+    ``RETRIEVAL_MAX_TAG_CANDIDATES`` candidate tags (the task's words first, then word pairs), and at most
+    ``RETRIEVAL_TEXT_CANDIDATES`` matching lessons are read and ranked; on a big table, tags in more than
+    ``RETRIEVAL_COMMON_SHARE`` of lessons are left out as the full-text branch's common words are (a
     tag in 4% of 100k synthetic lessons made the branch 105 ms p50)."""
     words = query_terms(query)
     plain = [w for w in words if "-" not in w]
     ordered = list(dict.fromkeys([*words, *(f"{a}-{b}" for a, b in itertools.pairwise(plain))]))
     _, rows_now = _term_frequencies()
-    if rows_now >= settings.LESSONS_TEXT_PRUNE_FROM_ROWS:  # a big table: tags most lessons have say little
+    if rows_now >= settings.RETRIEVAL_PRUNE_FROM_ROWS:  # a big table: tags most lessons have say little
         common = _stats_cache["tags"]
-        ordered = [tag for tag in ordered if common.get(tag, 0.0) <= settings.LESSONS_TEXT_COMMON_SHARE]
-    wanted = set(ordered[: settings.LESSONS_TAG_MAX_CANDIDATES])
+        ordered = [tag for tag in ordered if common.get(tag, 0.0) <= settings.RETRIEVAL_COMMON_SHARE]
+    wanted = set(ordered[: settings.RETRIEVAL_MAX_TAG_CANDIDATES])
     if not wanted:
         return []
     rows = (
         base.filter(tags__overlap=sorted(wanted))
         .order_by()
-        .values_list("id", "tags", "score")[: settings.LESSONS_TEXT_CANDIDATES]
+        .values_list("id", "tags", "score")[: settings.RETRIEVAL_TEXT_CANDIDATES]
     )
     ranked = sorted(
         ((pk, len(wanted.intersection(tags)), score) for pk, tags, score in rows), key=lambda r: (-r[1], -r[2], -r[0])
@@ -705,14 +705,14 @@ def _search(
     filters = filters or Filters()
     weights = weights or Weights.from_settings()
     full_length = len(query)
-    query = query[: settings.LESSONS_QUERY_MAX_CHARS]
+    query = query[: settings.RETRIEVAL_QUERY_MAX_CHARS]
     if branches is None:
         branches = tuple(b for b in BRANCHES if weights.of(b) > 0)
-    depth = max(settings.LESSONS_RRF_DEPTH, k)
+    depth = max(settings.RETRIEVAL_DEPTH, k)
     base = filters.apply(Lesson.objects.all())
     explanation: dict[str, Any] = {
         "query": query,
-        "rrf_k": settings.LESSONS_RRF_K,
+        "rrf_k": settings.RETRIEVAL_RRF_K,
         "depth": depth,
         "weights": {b: weights.of(b) for b in BRANCHES},
         "embedding": embeddings.describe(),
@@ -721,7 +721,7 @@ def _search(
     rankings: dict[str, list[tuple[int, float]]] = {}
     text_mass = 0.0
     explanation["branches_run"] = list(branches)
-    explanation["fusion"] = settings.LESSONS_FUSION
+    explanation["fusion"] = settings.RETRIEVAL_FUSION
     if full_length > len(query):
         explanation["truncated"] = {"from_chars": full_length, "to_chars": len(query)}
     provider = embeddings.provider() if "vector" in branches else None
@@ -736,18 +736,18 @@ def _search(
         explanation["text_idf_mass"] = round(text_mass, 6)
         detail = text_branch_detail(query, base, depth, terms=terms)
         rankings["text"] = [(pk, score) for pk, score, _ in detail]
-        if rare_exact(detail, settings.LESSONS_EXACT_MIN_IDF) and weights.text > 0:
+        if rare_exact(detail, settings.RETRIEVAL_EXACT_MIN_IDF) and weights.text > 0:
             # A rare identifier of the task is in the best full-text hit: lean on full text.
-            weights = Weights(max(weights.text, settings.LESSONS_WEIGHT_TEXT_EXACT), weights.vector, weights.tags)
+            weights = Weights(max(weights.text, settings.RETRIEVAL_WEIGHT_TEXT_EXACT), weights.vector, weights.tags)
             explanation["rare_identifiers"] = {"text_weight": weights.text, "exact_idf": round(detail[0][2], 4)}
         explanation["text_terms"] = sorted({lex for t in terms for lex in t.lexemes})
         if left_out["common"]:
             explanation["common_terms_left_out"] = left_out["common"]
         if left_out["over_cap"]:
             explanation["text_terms_over_cap"] = {
-                "cap": settings.LESSONS_TEXT_MAX_TERMS,
+                "cap": settings.RETRIEVAL_MAX_TERMS,
                 "dropped": left_out["over_cap"],
-                "reason": f"only the {settings.LESSONS_TEXT_MAX_TERMS} rarest terms of the task are searched",
+                "reason": f"only the {settings.RETRIEVAL_MAX_TERMS} rarest terms of the task are searched",
             }
     if "tags" in branches:
         rankings["tags"] = tag_branch(query, base, depth)
@@ -791,10 +791,10 @@ def _search(
         )
         if floor:
             return SearchResult([], explanation, verdict["reason"])
-    if settings.LESSONS_FUSION == "score":
+    if settings.RETRIEVAL_FUSION == "score":
         fused = fuse_scores(rankings, weights, text_mass)
     else:
-        fused = fuse(rankings, weights, settings.LESSONS_RRF_K)
+        fused = fuse(rankings, weights, settings.RETRIEVAL_RRF_K)
     if prefer_agent:
         fused = agent_first(fused, prefer_agent)
         explanation["agent_first"] = prefer_agent

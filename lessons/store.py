@@ -96,7 +96,7 @@ def schedule_embedding(lesson_ids: Iterable[int]) -> None:
     """
     ids = sorted(set(lesson_ids))
     doc2query.schedule(ids)
-    if not ids or settings.LESSONS_EMBEDDING_PROVIDER == "none":
+    if not ids or settings.EMBEDDING_PROVIDER == "none":
         return
 
     def send() -> None:
@@ -116,7 +116,7 @@ def schedule_new_embedding() -> None:
     lesson too (``lessons.vectors.embed_new``), so a burst of new lessons costs a few tasks and full
     model batches instead of one task each. Meanwhile full text finds the lesson (retrieval's vector
     branch skips lessons without a vector)."""
-    if settings.LESSONS_EMBEDDING_PROVIDER == "none":
+    if settings.EMBEDDING_PROVIDER == "none":
         return
 
     def send() -> None:

@@ -42,7 +42,7 @@ def embed_retrieval(retrieval_id: int) -> bool:
 
 @shared_task(name="lessons.tasks.purge_retrievals", ignore_result=True)
 def purge_retrievals() -> int:
-    """Retention of the retrieval log (``LESSONS_RETRIEVAL_RETENTION``)."""
+    """Retention of the retrieval log (``RETRIEVAL_LOG_RETENTION``)."""
     from lessons.usage.log import purge_old
 
     return purge_old()

@@ -28,7 +28,7 @@ def embed_ids(lesson_ids: Iterable[int], provider: embeddings.Provider | None = 
         return 0
     ids = list(lesson_ids)
     done = 0
-    batch = settings.LESSONS_EMBEDDING_BATCH
+    batch = settings.EMBEDDING_BATCH
     for start in range(0, len(ids), batch):
         # ``embedded_at`` is when the text was read (not when the vector was stored), so a request made
         # after an edit is known to be served by any vector with a later ``embedded_at``.
@@ -64,8 +64,8 @@ def embed_requested(lesson_ids: Iterable[int], requested_at: datetime | None = N
             )
         )
         ids = [i for i in ids if i not in done]
-    free = settings.LESSONS_EMBEDDING_BATCH - len(ids) % settings.LESSONS_EMBEDDING_BATCH
-    if ids and free < settings.LESSONS_EMBEDDING_BATCH:
+    free = settings.EMBEDDING_BATCH - len(ids) % settings.EMBEDDING_BATCH
+    if ids and free < settings.EMBEDDING_BATCH:
         ids += list(
             Lesson.objects.filter(embedding__isnull=True)
             .exclude(pk__in=ids)
@@ -103,7 +103,7 @@ def embed_new() -> int:
     if embeddings.expected_model_id() is None:
         return 0
     disarm_embed_new()  # before reading: a lesson committed after this line sends a task of its own
-    limit = settings.LESSONS_EMBEDDING_BATCH * EMBED_NEW_MAX_BATCHES
+    limit = settings.EMBEDDING_BATCH * EMBED_NEW_MAX_BATCHES
     ids = list(Lesson.objects.filter(embedding__isnull=True).order_by("id").values_list("id", flat=True)[:limit])
     return embed_ids(ids)
 
@@ -145,7 +145,7 @@ def embed_pending(
         else queryset.order_by("id").values_list("id", flat=True)
     )
     total = len(ids)
-    batch = settings.LESSONS_EMBEDDING_BATCH
+    batch = settings.EMBEDDING_BATCH
     chunks = [ids[start : start + batch] for start in range(0, total, batch)]
     provider = provider or embeddings.provider()
     if provider is not None and processes > 1 and getattr(provider, "bulk_processes", False) and total > batch:

@@ -190,7 +190,7 @@ def detail_page(request: HttpRequest, pk: int) -> HttpResponse:
         "embedding_status": embeddings.describe(),
         "applies_when": doc2query.page_state(lesson),
         "usage": LessonUsage.objects.filter(lesson=lesson).first(),
-        "min_samples": settings.LESSONS_USEFULNESS_MIN_SAMPLES,
+        "min_samples": settings.USEFULNESS_MIN_SAMPLES,
     }
     return render(request, "lessons/detail.html", context)
 

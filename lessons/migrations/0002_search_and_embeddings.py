@@ -28,7 +28,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='lesson',
             name='embedding',
-            field=pgvector.django.vector.VectorField(blank=True, dimensions=settings.LESSONS_EMBEDDING_DIMENSIONS, null=True),
+            field=pgvector.django.vector.VectorField(blank=True, dimensions=settings.EMBEDDING_DIMENSIONS, null=True),
         ),
         migrations.AddField(
             model_name='lesson',

@@ -14,10 +14,10 @@ def resize_to_the_setting(apps, schema_editor):
             "SELECT atttypmod FROM pg_attribute WHERE attrelid = to_regclass('lessons_lesson') AND attname = 'embedding'"
         )
         row = cursor.fetchone()
-    if row and row[0] > 0 and row[0] != settings.LESSONS_EMBEDDING_DIMENSIONS:
+    if row and row[0] > 0 and row[0] != settings.EMBEDDING_DIMENSIONS:
         from lessons.vectors import resize_column
 
-        resize_column(settings.LESSONS_EMBEDDING_DIMENSIONS)
+        resize_column(settings.EMBEDDING_DIMENSIONS)
 
 
 class Migration(migrations.Migration):

@@ -73,7 +73,7 @@ FACTORIES: dict[str, Callable[[float], GateFn]] = {"auto": score_gate, "human": 
 def gate_name_for(target: str, op: str, *, rules: list[str] | None = None, default: str | None = None) -> str:
     """The configured gate for ``target.op``: the most specific rule wins, then the default."""
     table = dict(entry.split("=", 1) for entry in (settings.REVIEW_GATES if rules is None else rules))
-    return table.get(f"{target}.{op}") or table.get(target) or default or settings.REVIEW_GATE_DEFAULT
+    return table.get(f"{target}.{op}") or table.get(target) or default or settings.REVIEW_GATE
 
 
 @dataclass(frozen=True)

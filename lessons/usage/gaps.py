@@ -1,8 +1,8 @@
 """Knowledge gaps: tasks for which no lesson applied, grouped so that twenty phrasings of one missing
 lesson show as one row with a count.
 
-Grouping is greedy and single-pass over the newest ``LESSONS_GAP_WINDOW`` open gaps, newest first: a task
-joins the first group whose first (newest) task is at least ``LESSONS_GAP_GROUP_SIMILARITY`` cosine-similar,
+Grouping is greedy and single-pass over the newest ``GAP_WINDOW`` open gaps, newest first: a task
+joins the first group whose first (newest) task is at least ``GAP_GROUP_SIMILARITY`` cosine-similar,
 else it starts a group. Tasks without a vector yet (the embed worker has not reached them, or no provider
 is configured) fall back to grouping by identical text. One matrix product per task over the groups'
 heads (numpy).
@@ -68,7 +68,7 @@ def _domain_vectors(slug: str, model_id: str) -> np.ndarray | None:
     rows = list(
         Retrieval.objects.filter(workspace=slug, gap=False, embedding__isnull=False, embedding_model=model_id)
         .order_by("-id")
-        .values_list("embedding", flat=True)[: settings.LESSONS_GAP_WINDOW]
+        .values_list("embedding", flat=True)[: settings.GAP_WINDOW]
     )
     return np.stack([_unit(np.asarray(v, dtype=np.float32)) for v in rows]) if rows else None
 
@@ -142,7 +142,7 @@ def _grouped(
     window = list(
         rows.order_by("-created_at", "-id").values_list(
             "id", "task", "agent", "workspace", "created_at", "embedding", "embedding_model"
-        )[: settings.LESSONS_GAP_WINDOW]
+        )[: settings.GAP_WINDOW]
     )
     answered, off, nearest = classify(window, nearest_cache)
     if close and answered:
@@ -153,7 +153,7 @@ def _grouped(
     # The groups' head vectors by dimension, in the order the groups were made (first match wins).
     heads: dict[int, tuple[np.ndarray, list[int]]] = {}
     by_text: dict[str, GapGroup] = {}
-    threshold = settings.LESSONS_GAP_GROUP_SIMILARITY
+    threshold = settings.GAP_GROUP_SIMILARITY
     for pk, task, agent, slug, created, embedding, model_id in window:
         vector = None if embedding is None else _unit(np.asarray(embedding, dtype=np.float32))
         group = None
@@ -230,7 +230,7 @@ def _inputs() -> list[Any]:
     # A lesson added, edited, embedded or archived may close a gap; a newly served task moves the domain.
     store = Lesson.objects.aggregate(n=Count("embedding"), changed=Max("updated_at"))
     served = Retrieval.objects.filter(gap=False).aggregate(last=Max("id"))
-    window, threshold = settings.LESSONS_GAP_WINDOW, settings.LESSONS_GAP_GROUP_SIMILARITY
+    window, threshold = settings.GAP_WINDOW, settings.GAP_GROUP_SIMILARITY
     changed = store["changed"].isoformat() if store["changed"] else None
     return [seen["n"], seen["last"], seen["embedded"], window, threshold, store["n"], changed, served["last"]]
 

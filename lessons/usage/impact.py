@@ -68,7 +68,7 @@ def preview(*, situation: str, mistake: str, correction: str, tags: list[str], w
         logged = logged.filter(workspace__in=[workspace, ""])
     rows, seen = [], set()
     for row in logged.order_by("-created_at", "-id").values_list("id", "task", "agent", "created_at", "embedding")[
-        : settings.LESSONBOARD_IMPACT_WINDOW
+        : settings.IMPACT_WINDOW
     ]:
         key = " ".join(str(row[1]).lower().split())
         if key not in seen:  # the same task asked again is one task, not one per time it was asked

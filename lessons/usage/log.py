@@ -35,12 +35,12 @@ def record_retrieval(
     token: AgentToken | None = None,
 ) -> Retrieval | None:
     """Log one retrieve call and count each served lesson; ``None`` when the log is off
-    (``LESSONS_RETRIEVAL_LOG=false``). The task's vector is computed afterwards by the embed worker."""
-    if not settings.LESSONS_RETRIEVAL_LOG:
+    (``RETRIEVAL_LOG=false``). The task's vector is computed afterwards by the embed worker."""
+    if not settings.RETRIEVAL_LOG:
         return None
     with transaction.atomic():
         row = Retrieval.objects.create(
-            task=task[: settings.LESSONS_LOG_TASK_MAX],
+            task=task[: settings.RETRIEVAL_LOG_TASK_MAX],
             agent=agent[:200],
             workspace=workspace[:100],
             token=token,
@@ -61,7 +61,7 @@ def record_retrieval(
 def schedule_task_embedding(retrieval_id: int) -> None:
     """Queue the embed worker for this retrieval's task once the transaction commits; a broker that is
     down costs only the gap grouping and impact preview of this one row (they skip rows with no vector)."""
-    if settings.LESSONS_EMBEDDING_PROVIDER == "none":
+    if settings.EMBEDDING_PROVIDER == "none":
         return
 
     def send() -> None:
@@ -92,9 +92,9 @@ def embed_task(retrieval_id: int) -> bool:
 
 
 def purge_old(now: Any = None) -> int:
-    """Delete retrievals older than ``LESSONS_RETRIEVAL_RETENTION`` (0 keeps them forever); the lessons'
+    """Delete retrievals older than ``RETRIEVAL_LOG_RETENTION`` (0 keeps them forever); the lessons'
     usage counts stay as they were."""
-    days = settings.LESSONS_RETRIEVAL_RETENTION
+    days = settings.RETRIEVAL_LOG_RETENTION
     if not days:
         return 0
     cutoff = (now or timezone.now()) - timedelta(seconds=days)

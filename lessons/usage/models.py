@@ -19,7 +19,7 @@ class RetrievalQuerySet(models.QuerySet["Retrieval"]):
 
 
 class Retrieval(models.Model):
-    """One retrieve call: the task (cut to ``LESSONS_LOG_TASK_MAX``), who asked, what came back."""
+    """One retrieve call: the task (cut to ``RETRIEVAL_LOG_TASK_MAX``), who asked, what came back."""
 
     task = models.TextField()
     agent = models.CharField(max_length=200, blank=True)
@@ -78,7 +78,7 @@ class Served(models.Model):
 
 class LessonUsage(models.Model):
     """A lesson's record as served: how often, how the tasks went, and whether that beats the agents'
-    baselines. ``usefulness`` is NULL until ``LESSONS_USEFULNESS_MIN_SAMPLES`` outcomes exist."""
+    baselines. ``usefulness`` is NULL until ``USEFULNESS_MIN_SAMPLES`` outcomes exist."""
 
     lesson = models.OneToOneField("lessons.Lesson", on_delete=models.CASCADE, related_name="usage", primary_key=True)
     served = models.PositiveIntegerField(default=0)

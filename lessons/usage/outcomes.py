@@ -6,10 +6,10 @@ in the same workspace (an agent name is not an identity across tenants: outcomes
 workspace never move another's baseline).
 A lesson served to an agent that succeeds 90 % of the time earns little for a success and loses much for a
 failure; one served to a struggling agent earns much for a success. It stays empty (NULL, shown as "—")
-until ``LESSONS_USEFULNESS_MIN_SAMPLES`` outcomes exist: three samples say nothing.
+until ``USEFULNESS_MIN_SAMPLES`` outcomes exist: three samples say nothing.
 
 A lesson is **flagged for review** when it has at least that many outcomes, at least
-``LESSONS_FLAG_FAILURE_RATE`` of them were failures, and its usefulness is negative: it is served and
+``USEFULNESS_FLAG_FAILURE_RATE`` of them were failures, and its usefulness is negative: it is served and
 followed by failures more often than its agents fail anyway.
 """
 
@@ -54,7 +54,7 @@ def report_outcome(retrieval_id: int, *, success: bool, note: str = "", token: A
                 status=403,
             )
         row.success = success
-        row.outcome_note = note[: settings.LESSONS_LOG_TASK_MAX]
+        row.outcome_note = note[: settings.RETRIEVAL_LOG_TASK_MAX]
         row.outcome_at = timezone.now()
         row.save(update_fields=["success", "outcome_note", "outcome_at"])
         refresh_usage(row.served.values_list("lesson_id", flat=True))
@@ -93,7 +93,7 @@ def refresh_usage(lesson_ids: Iterable[int] | None = None) -> int:
     rows = served.values_list("lesson_id", "retrieval__workspace", "retrieval__agent", "retrieval__success")
     for lesson_id, workspace, agent, success in rows:
         samples[lesson_id].append(((workspace, agent), bool(success)))
-    minimum = settings.LESSONS_USEFULNESS_MIN_SAMPLES
+    minimum = settings.USEFULNESS_MIN_SAMPLES
     now = timezone.now()
     LessonUsage.objects.bulk_create([LessonUsage(lesson_id=pk) for pk in ids], ignore_conflicts=True)
     for pk in ids:
@@ -104,7 +104,7 @@ def refresh_usage(lesson_ids: Iterable[int] | None = None) -> int:
         if n >= minimum:
             # fsum and rounding: a usefulness of exactly zero is 0.0, not -4.4e-17 (which flagged it)
             usefulness = round(math.fsum((1.0 if ok_ else 0.0) - base.get(key, 0.5) for key, ok_ in outcomes) / n, 9)
-        flagged = usefulness is not None and usefulness < 0 and (n - ok) / n >= settings.LESSONS_FLAG_FAILURE_RATE
+        flagged = usefulness is not None and usefulness < 0 and (n - ok) / n >= settings.USEFULNESS_FLAG_FAILURE_RATE
         LessonUsage.objects.filter(lesson_id=pk).update(
             outcomes=n, successes=ok, usefulness=usefulness, flagged=flagged, updated_at=now
         )

@@ -187,14 +187,14 @@ _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{2,}$")
 
 @cache
 def settings_read() -> frozenset[str]:
-    """Variable names ``lessonboard/settings.py`` reads: ``env.<reader>("NAME", …)``, ``os.environ.get``,
-    ``os.environ["NAME"]`` and ``os.getenv``."""
+    """Variable names ``lessonboard/settings.py`` reads: ``cfg("NAME", …)`` / ``cfg.is_set("NAME")`` (the
+    declared variables of lessonboard/config.py), ``os.environ.get``, ``os.environ["NAME"]`` and ``os.getenv``."""
     tree = ast.parse(SETTINGS.read_text(encoding="utf-8"))
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
             func = ast.unparse(node.func)
-            if func.startswith("env.") or func in ("os.environ.get", "os.getenv"):
+            if func in ("cfg", "cfg.is_set", "os.environ.get", "os.getenv"):
                 value = node.args[0].value
                 if isinstance(value, str) and _ENV_NAME.match(value):
                     names.add(value)

@@ -117,9 +117,9 @@ def world(settings: Any, tmp_path: Path) -> dict[str, Any]:
     for sub in ("wal", "dlq", "quarantine", "expired"):
         (base / sub).mkdir(parents=True)
     settings.LESSONQ_BASE_DIR = base
-    settings.NODE_NAME = "q3" + uuid.uuid4().hex[:8]
-    settings.LESSONQ_QUEUE = f"lessonq.{settings.NODE_NAME}"
-    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    settings.NODE = "q3" + uuid.uuid4().hex[:8]
+    settings.LESSONQ_QUEUE = f"lessonq.{settings.NODE}"
+    settings.EMBEDDING_PROVIDER = "none"
     from lessons.store import edit_lesson, persist_lesson
 
     lesson = persist_lesson(situation="walk one", mistake="", correction="c one", tags=[], trigger="manual").lesson

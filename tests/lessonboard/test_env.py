@@ -98,3 +98,25 @@ def test_the_queue_worker_count_sizes_the_workers_unless_overridden():
     assert concurrency() == "2"
     assert concurrency(LESSONQ_WORKERS="3") == "3"
     assert concurrency(LESSONQ_WORKERS="3", LESSONBOARD_WORKER_CONCURRENCY="1") == "1"
+
+
+def test_the_declared_reader_applies_the_declared_default_and_bounds():
+    from lessonboard.config import Reader
+
+    assert Reader({})("LESSONBOARD_PORT") == 8000
+    assert Reader({"LESSONBOARD_PORT": "9000"})("LESSONBOARD_PORT") == 9000
+    with pytest.raises(ImproperlyConfigured, match="LESSONBOARD_PORT=70000 is above the maximum 65535"):
+        Reader({"LESSONBOARD_PORT": "70000"})("LESSONBOARD_PORT")
+    with pytest.raises(ImproperlyConfigured, match=r"LESSONQ_JITTER=0\.9 is above the maximum 0\.5"):
+        Reader({"LESSONQ_JITTER": "0.9"})("LESSONQ_JITTER")
+    assert Reader({"LESSONBOARD_LOGIN_LOCKOUT": "2m"})("LESSONBOARD_LOGIN_LOCKOUT") == 120.0
+
+
+def test_the_declared_reader_refuses_an_undeclared_variable_and_a_missing_computed_default():
+    from lessonboard.config import Reader
+
+    with pytest.raises(KeyError, match="LESSONBOARD_NOT_DECLARED is not declared"):
+        Reader({})("LESSONBOARD_NOT_DECLARED")
+    with pytest.raises(TypeError, match="LESSONBOARD_NODE's default is computed"):
+        Reader({})("LESSONBOARD_NODE")
+    assert Reader({})("LESSONBOARD_NODE", default="n1") == "n1"

@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 @pytest.fixture
 def web(queue_dir: Any, settings: Any, start_gunicorn: Callable[..., Gunicorn]) -> Gunicorn:
-    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE_NAME)
+    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE)
     return start_gunicorn(env=env, workers=1)
 
 

@@ -54,6 +54,6 @@ def test_a_failed_directory_fsync_is_an_error_for_the_wal_too(tmp_path: Path, mo
 def test_an_unknown_local_model_is_an_error_not_another_model(settings: Any) -> None:
     with pytest.raises(embeddings.EmbeddingError, match="'nope'"):
         embeddings.load("local", "nope")
-    settings.LESSONS_EMBEDDING_LOCAL_MODEL = "from-the-setting"  # the default is the setting's value
+    settings.EMBEDDING_LOCAL_MODEL = "from-the-setting"  # the default is the setting's value
     with pytest.raises(embeddings.EmbeddingError, match="'from-the-setting'"):
         embeddings.load("local")

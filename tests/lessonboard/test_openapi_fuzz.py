@@ -41,7 +41,7 @@ def web(queue_dir: Path, settings: Any, fake_openai: Any, start_gunicorn: Any) -
     fake_openai.default = Reply(text=json.dumps({"proposals": [proposal]}))
     env = subprocess_env(
         LESSONQ_BASE_DIR=str(queue_dir),
-        LESSONBOARD_NODE=settings.NODE_NAME,
+        LESSONBOARD_NODE=settings.NODE,
         # A refine answers 202 at once: the fuzz run never waits for a model.
         LESSONBOARD_REFINE_API_WAIT="0",
         LESSONBOARD_LLM_BASE_URL=fake_openai.url,

@@ -178,9 +178,9 @@ def two_workspaces(settings: Any, tmp_path: Any) -> dict[str, Any]:
     for sub in ("wal", "dlq", "quarantine", "expired"):
         (base / sub).mkdir(parents=True)
     settings.LESSONQ_BASE_DIR = base
-    settings.NODE_NAME = "q3" + uuid.uuid4().hex[:8]
-    settings.LESSONQ_QUEUE = f"lessonq.{settings.NODE_NAME}"
-    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    settings.NODE = "q3" + uuid.uuid4().hex[:8]
+    settings.LESSONQ_QUEUE = f"lessonq.{settings.NODE}"
+    settings.EMBEDDING_PROVIDER = "none"
     settings.REFINE_ENABLED = False
     Workspace.objects.create(slug="ws-a", name="ws-a")
     ws_b = Workspace.objects.create(slug="ws-b", name="ws-b")

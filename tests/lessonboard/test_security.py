@@ -167,7 +167,7 @@ def test_the_admin_login_page_is_throttled_too(settings: Any, admin_user: Any) -
 # --- /metrics --------------------------------------------------------------------------------------------
 @pytest.fixture
 def deny_addresses(settings: Any) -> None:
-    settings.METRICS_ALLOWED_NETWORKS = []  # the default outside the test harness
+    settings.METRICS_ALLOWED_ADDRESSES = []  # the default outside the test harness
 
 
 def test_metrics_refuse_an_anonymous_scrape(client: Client, deny_addresses: None) -> None:
@@ -188,7 +188,7 @@ def test_metrics_accept_a_bearer_token_with_the_metrics_scope_only(deny_addresse
 
 
 def test_metrics_accept_an_address_on_the_allow_list(settings: Any) -> None:
-    settings.METRICS_ALLOWED_NETWORKS = [ipaddress.ip_network("10.1.0.0/16")]
+    settings.METRICS_ALLOWED_ADDRESSES = [ipaddress.ip_network("10.1.0.0/16")]
     assert Client().get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 200
     assert Client().get("/metrics", REMOTE_ADDR="10.2.0.1").status_code == 401
     settings.BEHIND_TLS_PROXY = True  # then the address is the one the proxy appended, not REMOTE_ADDR

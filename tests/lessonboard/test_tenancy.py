@@ -37,9 +37,9 @@ def _queue(settings: Any, tmp_path: Path) -> None:
     for sub in ("wal", "dlq", "quarantine", "expired"):
         (base / sub).mkdir(parents=True)
     settings.LESSONQ_BASE_DIR = base
-    settings.NODE_NAME = "q3" + uuid.uuid4().hex[:8]
-    settings.LESSONQ_QUEUE = f"lessonq.{settings.NODE_NAME}"
-    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    settings.NODE = "q3" + uuid.uuid4().hex[:8]
+    settings.LESSONQ_QUEUE = f"lessonq.{settings.NODE}"
+    settings.EMBEDDING_PROVIDER = "none"
 
 
 def bound(slug: str, scopes: tuple[str, ...] = ("full",)) -> ApiClient:
@@ -289,8 +289,8 @@ def test_usefulness_baselines_are_per_workspace_and_an_exact_zero_is_not_flagged
     from lessons.usage.models import LessonUsage, Retrieval, Served
     from lessons.usage.outcomes import refresh_usage
 
-    settings.LESSONS_USEFULNESS_MIN_SAMPLES = 5
-    settings.LESSONS_FLAG_FAILURE_RATE = 0.5
+    settings.USEFULNESS_MIN_SAMPLES = 5
+    settings.USEFULNESS_FLAG_FAILURE_RATE = 0.5
     ws_b = WorkspaceFactory(slug="ws-b")
     lesson = persist_lesson(
         situation="b's lesson", mistake="", correction="c", tags=[], trigger="manual", workspace=ws_b
@@ -333,8 +333,8 @@ def test_common_terms_come_from_the_workspaces_own_lessons(settings: Any) -> Non
     from lessons import retrieval
     from lessons.store import persist_lesson
 
-    settings.LESSONS_TEXT_PRUNE_FROM_ROWS = 3
-    settings.LESSONS_TEXT_COMMON_SHARE = 0.5
+    settings.RETRIEVAL_PRUNE_FROM_ROWS = 3
+    settings.RETRIEVAL_COMMON_SHARE = 0.5
     retrieval.reset_term_stats()
     ws_a, ws_b = WorkspaceFactory(slug="ws-a"), WorkspaceFactory(slug="ws-b")
     words = ("alpha", "bravo", "charlie", "delta")

@@ -37,8 +37,8 @@ def _queue(settings: Any, tmp_path: Path) -> None:
     for sub in ("wal", "dlq", "quarantine", "expired"):
         (base / sub).mkdir(parents=True)
     settings.LESSONQ_BASE_DIR = base
-    settings.NODE_NAME = "q3" + uuid.uuid4().hex[:8]
-    settings.LESSONQ_QUEUE = f"lessonq.{settings.NODE_NAME}"
+    settings.NODE = "q3" + uuid.uuid4().hex[:8]
+    settings.LESSONQ_QUEUE = f"lessonq.{settings.NODE}"
 
 
 @pytest.mark.parametrize("slug", ["proj\n", "proj\r\n", "Proj", "-proj", "a" * 101])

@@ -20,7 +20,7 @@ def lesson_worker(
     def start(
         base: Path | None = None, node: str | None = None, concurrency: int = 1, pool: str | None = None, **env: str
     ) -> CeleryWorker:
-        node = node or settings.NODE_NAME
+        node = node or settings.NODE
         values = {
             "LESSONQ_BASE_DIR": str(base or queue_dir),
             "LESSONBOARD_NODE": node,

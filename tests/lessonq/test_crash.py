@@ -132,7 +132,7 @@ def run_dying(code: str, point: str, queue_dir: Path) -> subprocess.CompletedPro
     env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONQ_FAULT=point)
     from django.conf import settings
 
-    env["LESSONBOARD_NODE"] = settings.NODE_NAME
+    env["LESSONBOARD_NODE"] = settings.NODE
     env["LESSONBOARD_LLM_BASE_URL"] = settings.LLM_BASE_URL
     env["LESSONBOARD_LLM_MODEL"] = settings.LLM_MODEL
     script = "import django; django.setup()\n" + code

@@ -33,7 +33,7 @@ def _post(base: str, token: str, body: dict) -> tuple[int, dict]:
 
 def test_it_accepts_triggers_while_the_database_is_down(queue_dir, settings, agent_token, start_gunicorn):
     token = agent_token("harness", "ingest")
-    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE_NAME)
+    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE)
     healthy = start_gunicorn(env=env, workers=1)
     status, body = _post(healthy.url, token, {"task": "deploy", "error": "helm timed out", "agent": "a"})
     assert (status, body["status"]) == (202, "accepted")  # verified against the database, remembered

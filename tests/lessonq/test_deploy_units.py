@@ -109,7 +109,7 @@ def test_a_node_started_from_the_units_reports_itself_and_its_web_serves_the_wor
     from tests.support.processes import ManagedProcess, free_port, subprocess_env
     from tests.support.wait import wait_for
 
-    node, port, run_dir = settings.NODE_NAME, free_port(), tmp_path / "run" / "lessonboard" / "metrics"
+    node, port, run_dir = settings.NODE, free_port(), tmp_path / "run" / "lessonboard" / "metrics"
     run_dir.mkdir(parents=True)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (run_dir / f"counter_{int(dead.stdout)}.db").write_bytes(b"stale")  # a process of the last boot

@@ -58,12 +58,12 @@ def nodes(queue_dir: Path, tmp_path: Path, settings: Any) -> tuple[Node, Node]:
     b = tmp_path / "node-b"
     for sub in ("wal", "dlq", "quarantine", "expired"):
         (b / sub).mkdir(parents=True)
-    return Node(settings.NODE_NAME, queue_dir), Node(settings.NODE_NAME + "b", b)
+    return Node(settings.NODE, queue_dir), Node(settings.NODE + "b", b)
 
 
 def become(settings: Any, node: Node) -> None:
     """This test process acts as ``node`` (its web or a worker of it)."""
-    settings.NODE_NAME, settings.LESSONQ_QUEUE, settings.LESSONQ_BASE_DIR = node.name, node.queue, node.base
+    settings.NODE, settings.LESSONQ_QUEUE, settings.LESSONQ_BASE_DIR = node.name, node.queue, node.base
 
 
 def submit_on(settings: Any, node: Node, *tasks: str) -> list[str]:

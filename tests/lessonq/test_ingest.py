@@ -185,7 +185,7 @@ def test_two_processes_enqueueing_the_same_job_at_once_write_one_record(queue_di
         "while not go.exists(): tick.wait(0.005)\n"
         "print(enqueue(LessonRequest(task='race', attempt='a', outcome='ERROR: x', trigger='error')).status)\n"
     )
-    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE_NAME)
+    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE)
     procs = [
         subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
         for _ in range(2)

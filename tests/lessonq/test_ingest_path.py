@@ -106,7 +106,7 @@ def test_concurrent_producer_processes_never_dispatch_past_capacity(
 ) -> None:
     env = subprocess_env(
         LESSONQ_BASE_DIR=str(queue_dir),
-        LESSONBOARD_NODE=settings.NODE_NAME,
+        LESSONBOARD_NODE=settings.NODE,
         LESSONBOARD_LLM_BASE_URL=fake_openai.url,
         LESSONBOARD_LLM_MODEL=fake_openai.model,
         LESSONQ_CAPACITY="7",
@@ -161,7 +161,7 @@ def test_the_dispatcher_keeps_what_it_owes_while_the_broker_is_down_and_sends_it
     (queue / ".staging").write_text("not a folder: every publish fails")
     log = tmp_path / "dispatcher.log"
     env = subprocess_env(
-        LESSONBOARD_DATA_DIR=str(data), CELERY_BROKER_URL="atomicfs://", LESSONBOARD_NODE=settings.NODE_NAME
+        LESSONBOARD_DATA_DIR=str(data), CELERY_BROKER_URL="atomicfs://", LESSONBOARD_NODE=settings.NODE
     )
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-c", DISPATCHER], cwd=ROOT, env=env, stdout=out, stderr=out)

@@ -44,7 +44,7 @@ def _task_of(payload: dict[str, Any]) -> str:
 def _worker_and_beat(
     start_worker: Callable[..., CeleryWorker], settings: Any, queue_dir: Path, tmp_path: Path
 ) -> tuple[CeleryWorker, ManagedProcess]:
-    node = settings.NODE_NAME
+    node = settings.NODE
     env = subprocess_env(
         LESSONQ_BASE_DIR=str(queue_dir),
         LESSONBOARD_NODE=node,

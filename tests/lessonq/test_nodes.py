@@ -34,7 +34,7 @@ def nodes(queue_dir: Path, tmp_path: Path, settings: Any) -> tuple[Node, Node]:
     b = tmp_path / "node-b"
     for sub in ("wal", "dlq", "quarantine", "expired"):
         (b / sub).mkdir(parents=True)
-    return Node(settings.NODE_NAME, queue_dir), Node(settings.NODE_NAME + "b", b)
+    return Node(settings.NODE, queue_dir), Node(settings.NODE + "b", b)
 
 
 def test_a_web_alone_stamps_its_node_and_is_never_adopted_from(nodes: tuple[Node, Node], settings: Any) -> None:

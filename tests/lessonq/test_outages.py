@@ -125,7 +125,7 @@ def test_ingest_answers_202_while_the_broker_is_down_and_the_sweeper_dispatches_
     fake_openai.responder = lambda payload: Reply(text=LESSON)
     token = agent_token("harness", "ingest")
     env = subprocess_env(
-        LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE_NAME, CELERY_BROKER_URL=CLOSED_BROKER
+        LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE, CELERY_BROKER_URL=CLOSED_BROKER
     )
     no_broker = start_gunicorn(env=env, workers=1)
     task = f"deploy {uuid.uuid4().hex[:6]}"

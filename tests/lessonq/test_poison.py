@@ -200,7 +200,7 @@ def test_a_nul_trigger_through_gunicorn_then_reflect_drain_in_its_own_process(
 
     from tests.support.processes import subprocess_env
 
-    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE_NAME)
+    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE)
     server = start_gunicorn(env=env, workers=1)
     request = urllib.request.Request(
         server.url + URL,

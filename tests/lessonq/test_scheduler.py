@@ -60,7 +60,7 @@ def test_the_schedule_moves_to_the_other_beat_when_its_holder_is_killed(
 ) -> None:
     fake_openai.responder = lambda payload: Reply(text=LESSON)
     LeaderLease.objects.all().delete()
-    node = settings.NODE_NAME
+    node = settings.NODE
     env = subprocess_env(
         LESSONQ_BASE_DIR=str(queue_dir),
         LESSONBOARD_NODE=node,

@@ -193,8 +193,8 @@ def test_two_nodes_one_killed_is_named_by_the_other_which_adopts_its_jobs_once(
     client_as: Any,
     alice: Any,
 ) -> None:
-    a = host_node(settings.NODE_NAME, tmp_path, redis_broker, fake_openai)
-    b = host_node(settings.NODE_NAME + "b", tmp_path, redis_broker, fake_openai)
+    a = host_node(settings.NODE, tmp_path, redis_broker, fake_openai)
+    b = host_node(settings.NODE + "b", tmp_path, redis_broker, fake_openai)
     token = agent_token("two-nodes", "full")
     fake_openai.script(Reply(delay=120, text=LESSON), Reply(delay=120, text=LESSON))  # B's two in-flight calls
     fake_openai.responder = lambda payload: Reply(
@@ -272,7 +272,7 @@ def test_two_nodes_one_killed_is_named_by_the_other_which_adopts_its_jobs_once(
     alerts_fire_on(metrics, b.queue, tmp_path)
 
     # The Overview (any web of the deployment renders it from the same rows): B gone, its jobs on A.
-    settings.NODE_NAME, settings.LESSONQ_QUEUE = a.name, a.queue
+    settings.NODE, settings.LESSONQ_QUEUE = a.name, a.queue
     page = client_as(alice).get("/").content.decode()
     row_b = page.split(f'data-node="{b.name}"')[1].split("</tr>")[0]
     assert row_b.startswith(' class="bad"') and f"its jobs were adopted by {a.queue}" in row_b

@@ -126,10 +126,10 @@ def test_two_nodes_process_only_their_own_wal(
     queue_dir: Path, fake_openai: Any, lesson_worker: Any, settings: Any, tmp_path: Path
 ) -> None:
     fake_openai.responder = lambda payload: Reply(text=LESSON.replace("edit large file", task_of(payload)))
-    node_a, base_a = settings.NODE_NAME, queue_dir
+    node_a, base_a = settings.NODE, queue_dir
     job_a = submit("on node a")
     node_b, base_b = node_a + "b", tmp_path / "node-b"
-    settings.NODE_NAME, settings.LESSONQ_QUEUE, settings.LESSONQ_BASE_DIR = node_b, f"lessonq.{node_b}", base_b
+    settings.NODE, settings.LESSONQ_QUEUE, settings.LESSONQ_BASE_DIR = node_b, f"lessonq.{node_b}", base_b
     job_b = submit("on node b")
     assert (base_b / "wal" / f"{job_b}.wal").exists() and not (base_a / "wal" / f"{job_b}.wal").exists()
     worker_b = lesson_worker(base=base_b, node=node_b)

@@ -149,7 +149,7 @@ def test_it_counts_persists_and_retrievals_in_metrics(api, client):
 
 def test_the_server_wide_hyde_switch_applies_unless_the_request_says(api, settings, fake_openai):
     fake_openai.script("a hypothetical lesson about backing off on 429")
-    settings.LESSONS_HYDE = True
+    settings.RETRIEVAL_HYDE = True
     on = api.post("/api/v1/lessons/retrieve", {"task": "bulk API calls get 429"}).json()
     assert on["explanation"]["hyde"] == {"text": "a hypothetical lesson about backing off on 429"}
     off = api.post("/api/v1/lessons/retrieve", {"task": "bulk API calls get 429", "hyde": False}).json()
@@ -160,7 +160,7 @@ def test_the_server_wide_hyde_switch_applies_unless_the_request_says(api, settin
 def test_a_requests_hyde_is_refused_while_the_server_has_it_off(api, settings, fake_openai):
     """HyDE costs an LLM call inside the web request: only the server may turn it on (docs/api.md#limits)."""
     fake_openai.script("a hypothetical lesson that must not be asked for")
-    settings.LESSONS_HYDE = False
+    settings.RETRIEVAL_HYDE = False
     body = api.post("/api/v1/lessons/retrieve", {"task": "bulk API calls get 429", "hyde": True}).json()
     assert body["explanation"]["hyde"] == {"refused": "LESSONBOARD_RETRIEVAL_HYDE is off on this server"}
     assert fake_openai.chat_requests() == []

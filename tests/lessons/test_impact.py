@@ -75,7 +75,7 @@ def test_it_says_why_there_is_no_preview(client_as: Any, bob: Any, settings: Any
     )
     html = client_as(bob).get(f"/lessons/impact/{proposal.pk}").content.decode()
     assert "No recent retrieval has been logged with a task vector yet." in html
-    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    settings.EMBEDDING_PROVIDER = "none"
     html = client_as(bob).get(f"/lessons/impact/{proposal.pk}").content.decode()
     assert "No embedding provider is configured" in html
 

@@ -41,8 +41,8 @@ def stored(data):
 
 def test_the_default_local_model_is_use_with_its_512_dimensions():
     provider = configured()
-    assert settings.LESSONS_EMBEDDING_LOCAL_MODEL == "use" and isinstance(provider, embeddings.USEProvider)
-    assert settings.LESSONS_EMBEDDING_DIMENSIONS == 512 == provider.dimensions
+    assert settings.EMBEDDING_LOCAL_MODEL == "use" and isinstance(provider, embeddings.USEProvider)
+    assert settings.EMBEDDING_DIMENSIONS == 512 == provider.dimensions
     assert provider.embed_query("retry with backoff").shape == (512,)
 
 
@@ -65,7 +65,7 @@ def test_a_use_lesson_vector_is_the_normalised_sum_of_its_whole_text_and_its_sit
 
 
 def test_e5_still_embeds_the_whole_lesson_alone(settings):
-    settings.LESSONS_EMBEDDING_LOCAL_MODEL = "e5"
+    settings.EMBEDDING_LOCAL_MODEL = "e5"
     lesson = Lesson(situation="adding a Go dependency", mistake="edited go.sum", correction="use go get", tags=["go"])
     assert lesson_texts(lesson, configured()) == [lesson.embedding_text()]
 
@@ -97,7 +97,7 @@ def test_an_off_topic_task_still_gets_no_lesson_and_a_reason(stored):
     result = retrieval.search("which wine goes with grilled sardines at a summer party", k=5)
     assert result.hits == [] and result.reason.startswith("no lesson applies")
     assert result.explanation["floor"]["passed"] is False
-    assert result.explanation["floor"]["margin"] == settings.LESSONS_FLOOR_MARGIN == -0.02
+    assert result.explanation["floor"]["margin"] == settings.RETRIEVAL_FLOOR_MARGIN == -0.02
 
 
 def test_use_embeds_the_first_use_max_chars_characters_of_a_long_text():
@@ -120,8 +120,8 @@ def test_the_migration_resizes_a_column_left_at_another_models_size(settings):
     try:
         with connection.schema_editor() as editor:
             migration.resize_to_the_setting(apps, editor)
-        assert vectors.column_dimensions() == settings.LESSONS_EMBEDDING_DIMENSIONS == 512
-        settings.LESSONS_EMBEDDING_DIMENSIONS = 512
+        assert vectors.column_dimensions() == settings.EMBEDDING_DIMENSIONS == 512
+        settings.EMBEDDING_DIMENSIONS = 512
         lesson = persist_lesson(
             situation="bulk calls to the payments API",
             mistake="no backoff",

@@ -59,7 +59,7 @@ def test_it_lists_similar_lessons(client_as, carol, lesson):
 
 
 def test_it_says_retrieval_is_lexical_without_embeddings(client_as, carol, lesson, settings):
-    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    settings.EMBEDDING_PROVIDER = "none"
     html = client_as(carol).get("/lessons/", {"q": "payments"}).content.decode()
     assert "lexical only" in html and f"/lessons/{lesson.pk}/" in html
 

@@ -48,7 +48,7 @@ def test_reembed_with_two_threads_reports_progress_and_stores_the_models_vectors
 def test_reembed_all_recomputes_every_vector_and_counts_them(capsys) -> None:
     add_lessons(3)
     call_command("lessons", "reembed", "--threads", "1")
-    dimensions = settings.LESSONS_EMBEDDING_DIMENSIONS
+    dimensions = settings.EMBEDDING_DIMENSIONS
     Lesson.objects.update(embedding=[0.0] * (dimensions - 1) + [1.0])
     call_command("lessons", "reembed", "--all", "--threads", "1")
     assert "embedded 3 lesson(s)" in capsys.readouterr().out
@@ -64,7 +64,7 @@ def test_reembed_in_worker_processes_stores_the_same_vectors_batch_by_batch(sett
     if not getattr(provider, "bulk_processes", False):
         pytest.skip("the configured model embeds in one process")
     add_lessons(5)
-    settings.LESSONS_EMBEDDING_BATCH = 2
+    settings.EMBEDDING_BATCH = 2
     seen: list[tuple[int, int]] = []
     done = vectors.embed_pending(
         everything=True, provider=provider, processes=2, progress=lambda d, t: seen.append((d, t))

@@ -55,9 +55,9 @@ def test_it_gives_each_hit_its_branch_ranks_and_the_fused_score(corpus):
     # Score fusion (the default with use): cosine + text × the share of the task's idf mass it covers + tags.
     cover = min(top.branches["text"].score / result.explanation["text_idf_mass"], 1.0)
     assert result.explanation["fusion"] == "score"
-    text_weight = result.explanation.get("rare_identifiers", {}).get("text_weight", settings.LESSONS_WEIGHT_TEXT)
+    text_weight = result.explanation.get("rare_identifiers", {}).get("text_weight", settings.RETRIEVAL_WEIGHT_TEXT)
     assert top.score == pytest.approx(
-        top.branches["vector"].score + text_weight * cover + settings.LESSONS_WEIGHT_TAGS * 1.0
+        top.branches["vector"].score + text_weight * cover + settings.RETRIEVAL_WEIGHT_TAGS * 1.0
     )
     assert result.explanation["rrf_k"] == 60 and result.explanation["hyde"] is None
     assert "429" in result.explanation["terms"]
@@ -88,7 +88,7 @@ def test_it_narrows_every_branch_with_the_filters(corpus):
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(
             "EXPLAIN SELECT id FROM lessons_lesson ORDER BY embedding <=> %s::vector LIMIT 5",
-            [str([0.1] * settings.LESSONS_EMBEDDING_DIMENSIONS)],
+            [str([0.1] * settings.EMBEDDING_DIMENSIONS)],
         )
         assert "lesson_embedding_hnsw" in " ".join(row[0] for row in cursor.fetchall())
     vector_only = retrieval.search("429", k=5, filters=retrieval.Filters(workspace="alpha"), branches=("vector",))
@@ -118,8 +118,8 @@ def test_it_leaves_common_words_out_of_the_full_text_query_of_a_big_table(corpus
 
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE lessons_lesson")
-    settings.LESSONS_TEXT_PRUNE_FROM_ROWS = 1  # "big" for this test
-    settings.LESSONS_TEXT_COMMON_SHARE = 0.5  # 4 lessons: "error" is in 3 of them
+    settings.RETRIEVAL_PRUNE_FROM_ROWS = 1  # "big" for this test
+    settings.RETRIEVAL_COMMON_SHARE = 0.5  # 4 lessons: "error" is in 3 of them
     retrieval.reset_term_stats()
     searched, common = retrieval.text_terms("error in the payments API")
     assert "error" in common
@@ -133,7 +133,7 @@ def test_it_leaves_common_words_out_of_the_full_text_query_of_a_big_table(corpus
 
 
 def test_it_retrieves_lexically_without_an_embedder_and_says_so(corpus, settings):
-    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    settings.EMBEDDING_PROVIDER = "none"
     result = retrieval.search("merge conflict markers", k=3)
     assert result.hits[0].lesson == corpus["git"]
     assert "vector" not in result.hits[0].branches
@@ -169,8 +169,8 @@ def test_it_falls_back_to_the_query_when_hyde_fails(corpus, fake_openai):
 
 @pytest.mark.django_db
 def test_it_embeds_through_the_gateway_with_the_openai_provider(db, fake_openai, settings):
-    settings.LESSONS_EMBEDDING_PROVIDER = "openai"
-    settings.LESSONS_EMBEDDING_DIMENSIONS = 64  # the fake server's hashed vectors
+    settings.EMBEDDING_PROVIDER = "openai"
+    settings.EMBEDDING_DIMENSIONS = 64  # the fake server's hashed vectors
     vectors.resize_column(64)
     try:
         lesson = add("flaky test with sleep", "poll for the condition", ["flaky-test"])
@@ -223,8 +223,8 @@ def test_the_query_embedding_thread_replaces_a_connection_the_database_dropped(f
 
     from lessonboard.models import BreakerState, LLMBreaker
 
-    settings.LESSONS_EMBEDDING_PROVIDER = "openai"
-    settings.LESSONS_EMBEDDING_DIMENSIONS = 64  # the fake server's hashed vectors
+    settings.EMBEDDING_PROVIDER = "openai"
+    settings.EMBEDDING_DIMENSIONS = 64  # the fake server's hashed vectors
     vectors.resize_column(64)
     try:
         retrieval.search("a first task, embedded in the pool", k=1)
@@ -260,7 +260,7 @@ def test_a_task_naming_a_rare_identifier_leans_on_full_text(corpus, settings):
     retrieval.reset_term_stats()
     result = retrieval.search("the nightly batch job got 429 again", k=3)
     assert result.hits[0].lesson == corpus["rate"]
-    assert result.explanation["rare_identifiers"]["text_weight"] == settings.LESSONS_WEIGHT_TEXT_EXACT
+    assert result.explanation["rare_identifiers"]["text_weight"] == settings.RETRIEVAL_WEIGHT_TEXT_EXACT
     plain = retrieval.search("resolve the merge conflict markers", k=3)
     assert "rare_identifiers" not in plain.explanation
     retrieval.reset_term_stats()

@@ -33,7 +33,7 @@ def test_it_has_next_task_queries_in_both_languages_split_in_halves_and_off_topi
 
 
 def test_it_reaches_its_measured_recall_and_answers_off_topic_tasks_with_nothing():
-    assert settings.LESSONS_EMBEDDING_PROVIDER == "local"
+    assert settings.EMBEDDING_PROVIDER == "local"
     data = evaluation.load(EVAL)
     ids = evaluation.store(data)
     assert Lesson.objects.active().count() == len(data.lessons)  # no eval lesson absorbed another
@@ -54,7 +54,7 @@ def test_it_reaches_its_measured_recall_and_answers_off_topic_tasks_with_nothing
     }
     calibration = evaluation.subset(data, query_type="off-topic", split="tune")
     empty, total = evaluation.empty_answers(calibration, ranked(retrieval.BRANCHES))
-    print(f"\nembedder: {settings.LESSONS_EMBEDDING_LOCAL_MODEL}, {len(data.lessons)} lessons")
+    print(f"\nembedder: {settings.EMBEDDING_LOCAL_MODEL}, {len(data.lessons)} lessons")
     for label, metrics in results.items():
         print(metrics.line(label))
     print(f"off-topic (calibration half) answered with no lesson: {empty}/{total}")

@@ -58,7 +58,7 @@ def test_it_answers_an_on_topic_task_above_the_floor(api, corpus):
 
 
 def test_it_lets_the_margin_turn_the_floor_off(corpus, settings):
-    settings.LESSONS_FLOOR_MARGIN = -1.0
+    settings.RETRIEVAL_FLOOR_MARGIN = -1.0
     result = retrieval.search("what should I wear to a summer wedding on the beach", k=3)
     assert len(result.hits) == 3 and result.reason == ""
 
@@ -75,7 +75,7 @@ def test_it_says_why_an_answer_is_empty_when_nothing_matches_the_filters(corpus)
 
 
 def test_it_cuts_a_long_task_before_embedding_it(corpus, settings):
-    settings.LESSONS_QUERY_MAX_CHARS = 120
+    settings.RETRIEVAL_QUERY_MAX_CHARS = 120
     task = "bulk calls to the payments API answer 429; " * 500  # ~22,000 characters
     result = retrieval.search(task, k=1)
     assert result.explanation["truncated"] == {"from_chars": len(task), "to_chars": 120}
@@ -96,7 +96,7 @@ def test_it_embeds_a_repeated_task_once(corpus, monkeypatch):
 
 
 def test_it_evicts_the_least_recently_used_query_vector(corpus, settings):
-    settings.LESSONS_QUERY_CACHE_SIZE = 2
+    settings.RETRIEVAL_QUERY_CACHE = 2
     cache = retrieval.query_vectors()
     provider = embeddings.provider()
     for text in ("a task", "b task", "a task", "c task"):  # "b task" is the least recently used at "c task"
@@ -110,7 +110,7 @@ def test_it_ranks_at_most_the_configured_number_of_full_text_candidates(corpus, 
         add(f"the {job} job calls the payments API", f"{job} hammered it", f"throttle the {job}", ["rate-limit"])
     base = retrieval.Lesson.objects.active()
     assert len(retrieval.text_branch("payments API backoff", base, 20)) == 5
-    settings.LESSONS_TEXT_CANDIDATES = 2
+    settings.RETRIEVAL_TEXT_CANDIDATES = 2
     assert len(retrieval.text_branch("payments API backoff", base, 20)) == 2
 
 
@@ -142,13 +142,13 @@ def test_the_floor_is_relaxed_only_when_the_branches_agree_on_the_best_lesson(co
     verdict = retrieval.search(agreeing, k=1, floor=False).explanation["floor"]
     assert verdict["branches_agree"] is True
     gap = verdict["best_similarity"] - verdict["background_similarity"]
-    settings.LESSONS_FLOOR_MARGIN = gap + 0.01  # the gap alone no longer passes …
-    settings.LESSONS_FLOOR_MARGIN_AGREE = gap + 0.01
+    settings.RETRIEVAL_FLOOR_MARGIN = gap + 0.01  # the gap alone no longer passes …
+    settings.RETRIEVAL_FLOOR_MARGIN_AGREE = gap + 0.01
     assert retrieval.search(agreeing, k=1).hits == []
-    settings.LESSONS_FLOOR_MARGIN_AGREE = gap - 0.01  # … the agreement of the branches does
+    settings.RETRIEVAL_FLOOR_MARGIN_AGREE = gap - 0.01  # … the agreement of the branches does
     result = retrieval.search(agreeing, k=1)
     assert [h.lesson.pk for h in result.hits] == [corpus["rate"].pk]
     assert result.explanation["floor"]["margin"] == gap - 0.01
     off = retrieval.search("what should I wear to a summer wedding on the beach", k=1, floor=False)
     assert off.explanation["floor"]["branches_agree"] is False  # no full-text witness: the margin stays
-    assert off.explanation["floor"]["margin"] == settings.LESSONS_FLOOR_MARGIN
+    assert off.explanation["floor"]["margin"] == settings.RETRIEVAL_FLOOR_MARGIN

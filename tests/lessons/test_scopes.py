@@ -27,7 +27,7 @@ TASK = "rotate the kafka broker certificates"
 
 @pytest.fixture(autouse=True)
 def _lexical(settings: Any) -> None:
-    settings.LESSONS_EMBEDDING_PROVIDER = "none"  # the full-text branch is enough to find these
+    settings.EMBEDDING_PROVIDER = "none"  # the full-text branch is enough to find these
 
 
 def bound(slug: str) -> ApiClient:

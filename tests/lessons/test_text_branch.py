@@ -34,7 +34,7 @@ def test_the_filters_narrow_the_candidates_before_the_bound(settings) -> None:
     for n in range(3):
         add(f"ENOSPC on runner {n} of the shared pool", f"prune runner {n}")
     scoped = add("ENOSPC on the alpha build box", "prune the alpha box", workspace=ws)
-    settings.LESSONS_TEXT_CANDIDATES = 1
+    settings.RETRIEVAL_TEXT_CANDIDATES = 1
     base = retrieval.Filters(workspace="alpha").apply(Lesson.objects.all())
     assert [pk for pk, _ in retrieval.text_branch("ENOSPC", base, 20)] == [scoped.pk]
 
@@ -67,8 +67,8 @@ def test_it_ors_at_most_the_rarest_terms_of_the_cap_and_names_those_it_dropped(s
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE lessons_lesson")
     retrieval.reset_term_stats()
-    settings.LESSONS_TEXT_MAX_TERMS = 2
-    settings.LESSONS_EMBEDDING_PROVIDER = "none"
+    settings.RETRIEVAL_MAX_TERMS = 2
+    settings.EMBEDDING_PROVIDER = "none"
     result = retrieval.search("deploy the service with the pipeline: ZX81FAULT again", k=3)
     dropped = result.explanation["text_terms_over_cap"]
     assert dropped["cap"] == 2 and "2 rarest" in dropped["reason"]
@@ -109,5 +109,5 @@ def test_the_tags_branch_compares_at_most_the_configured_number_of_candidate_tag
     k8s = persist_lesson(situation="d", mistake="e", correction="f", tags=["kubernetes"], trigger="error").lesson
     base = Lesson.objects.active()
     assert {pk for pk, _ in retrieval.tag_branch("golang service on kubernetes", base, 5)} == {go.pk, k8s.pk}
-    settings.LESSONS_TAG_MAX_CANDIDATES = 1  # the task's first word only
+    settings.RETRIEVAL_MAX_TAG_CANDIDATES = 1  # the task's first word only
     assert [pk for pk, _ in retrieval.tag_branch("golang service on kubernetes", base, 5)] == [go.pk]

@@ -106,7 +106,7 @@ def _served_and_reported(api: ApiClient, agent: str, task: str, success: bool) -
 def test_usefulness_needs_enough_samples_and_is_measured_against_the_agents_baseline(
     api: ApiClient, settings: Any, client_as: Any, carol: Any
 ) -> None:
-    settings.LESSONS_USEFULNESS_MIN_SAMPLES = 4
+    settings.USEFULNESS_MIN_SAMPLES = 4
     helm = lesson("deploying with helm charts", "pass --atomic to helm upgrade", tags=["helm"])
     for _ in range(3):
         _served_and_reported(api, "deployer", "helm charts deploy", success=True)
@@ -136,7 +136,7 @@ def test_usefulness_needs_enough_samples_and_is_measured_against_the_agents_base
 def test_a_lesson_followed_by_failures_is_flagged_and_sorts_first(
     api: ApiClient, settings: Any, client_as: Any, carol: Any
 ) -> None:
-    settings.LESSONS_USEFULNESS_MIN_SAMPLES = 3
+    settings.USEFULNESS_MIN_SAMPLES = 3
     bad = lesson("caching personalised API responses", "cache them for an hour at the CDN", tags=["cdn"])
     good = lesson("deploying with helm charts", "pass --atomic to helm upgrade", tags=["helm"])
     for _ in range(3):
@@ -209,7 +209,7 @@ def test_gaps_without_vectors_group_by_identical_text(api: ApiClient) -> None:
 
 
 def test_retention_deletes_old_retrievals_and_keeps_counts(api: ApiClient, settings: Any) -> None:
-    settings.LESSONS_RETRIEVAL_RETENTION = 86400.0
+    settings.RETRIEVAL_LOG_RETENTION = 86400.0
     helm = lesson("deploying with helm", "pass --atomic")
     old = retrieve(api, "helm deploy")["retrieval_id"]
     with time_machine.travel(timezone.now() + timedelta(days=1, seconds=1)):
@@ -221,7 +221,7 @@ def test_retention_deletes_old_retrievals_and_keeps_counts(api: ApiClient, setti
 
 
 def test_the_log_can_be_switched_off(api: ApiClient, settings: Any) -> None:
-    settings.LESSONS_RETRIEVAL_LOG = False
+    settings.RETRIEVAL_LOG = False
     body = retrieve(api, "anything")
     assert body["retrieval_id"] is None
     assert not Retrieval.objects.exists()

@@ -37,7 +37,7 @@ def test_a_paused_queues_job_waits_and_runs_once_resumed(
     api: Any,
 ) -> None:
     fake_openai.default.text = LESSON
-    node = settings.NODE_NAME
+    node = settings.NODE
     env = subprocess_env(
         LESSONQ_BASE_DIR=str(queue_dir),
         LESSONBOARD_NODE=node,

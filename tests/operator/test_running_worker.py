@@ -31,7 +31,7 @@ def test_a_stuck_job_is_shown_running_cancelled_and_retried(
 ) -> None:
     fake_openai.script(Reply(text=LESSON, delay=8))  # the first call hangs: a stuck attempt
     fake_openai.default.text = LESSON
-    node = settings.NODE_NAME
+    node = settings.NODE
     env = subprocess_env(
         LESSONQ_BASE_DIR=str(queue_dir),
         LESSONBOARD_NODE=node,

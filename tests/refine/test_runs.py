@@ -170,8 +170,8 @@ def test_the_default_embedder_is_the_local_offline_model(settings):
     from refine.embedder import resolve_embedder
 
     settings.REFINE_EMBEDDER = "local"
-    settings.LESSONS_EMBEDDING_PROVIDER = "local"
+    settings.EMBEDDING_PROVIDER = "local"
     embed = resolve_embedder()
     a, b, c = embed(["Use apply_patch for large file edits.", "Edit big files with apply_patch.", "Bake bread."])
-    assert len(a) == settings.LESSONS_EMBEDDING_DIMENSIONS
+    assert len(a) == settings.EMBEDDING_DIMENSIONS
     assert cosine(a, b) > cosine(a, c)

@@ -177,7 +177,7 @@ def test_a_human_gate_holds_everything_as_pending(store, ws):
 
 def test_gates_are_configured_per_target_and_op(settings):
     settings.REVIEW_GATES = ["memory.add=auto", "user=human", "lesson.add=auto"]
-    settings.REVIEW_GATE_DEFAULT = "risk"
+    settings.REVIEW_GATE = "risk"
     assert gate_name_for("memory", "add") == "auto"
     assert gate_name_for("memory", "remove") == "risk"
     assert gate_name_for("user", "add") == "human"

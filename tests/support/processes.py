@@ -44,7 +44,7 @@ def subprocess_env(**overrides: str) -> dict[str, str]:
         DATABASE_URL=test_database_url(),
         LESSONBOARD_DATA_DIR=str(settings.DATA_DIR),
         LESSONBOARD_ENV_FILE="",
-        LESSONBOARD_NODE=settings.NODE_NAME,
+        LESSONBOARD_NODE=settings.NODE,
         PROMETHEUS_MULTIPROC_DIR=os.environ["PROMETHEUS_MULTIPROC_DIR"],
         CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
         PYTHONUNBUFFERED="1",

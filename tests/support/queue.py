@@ -31,7 +31,7 @@ def queue_dir(settings: Any, tmp_path: Path) -> Path:
         (base / sub).mkdir(parents=True)
     node = "q3" + uuid.uuid4().hex[:8]
     settings.LESSONQ_BASE_DIR = base
-    settings.NODE_NAME = node
+    settings.NODE = node
     settings.LESSONQ_QUEUE = f"lessonq.{node}"
     settings.LESSONQ_INITIAL_DELAY = 0.05
     settings.LESSONQ_JITTER = 0.0

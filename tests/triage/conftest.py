@@ -22,6 +22,6 @@ def bulk_worker(
     settings: Any,
 ) -> CeleryWorker:
     """A real worker for this test's node (same WAL dir), consuming a bulk queue of its own."""
-    settings.LESSONQ_BULK_QUEUE = f"triage-{settings.NODE_NAME}"
-    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE_NAME)
-    return start_worker(queues=[settings.LESSONQ_BULK_QUEUE], env=env, hostname=f"bulk-{settings.NODE_NAME}@%h")
+    settings.LESSONQ_BULK_QUEUE = f"triage-{settings.NODE}"
+    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE)
+    return start_worker(queues=[settings.LESSONQ_BULK_QUEUE], env=env, hostname=f"bulk-{settings.NODE}@%h")

@@ -61,8 +61,8 @@ class Command(BaseCommand):
     help = "Run lessonboard: (embedded) PostgreSQL, Celery worker and beat, and gunicorn."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--host", default=settings.WEB_HOST)
-        parser.add_argument("--port", type=int, default=settings.WEB_PORT)
+        parser.add_argument("--host", default=settings.HOST)
+        parser.add_argument("--port", type=int, default=settings.PORT)
         parser.add_argument("--no-workers", action="store_true", help="web only (workers run elsewhere)")
         parser.add_argument(
             "--demo", action="store_true", help="seed the demo workspace with sample data first (lessonboard/demo.py)"
@@ -215,7 +215,7 @@ class Command(BaseCommand):
             "--concurrency",
             str(concurrency),
             "--hostname",
-            f"{name}@{settings.NODE_NAME}",
+            f"{name}@{settings.NODE}",
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",

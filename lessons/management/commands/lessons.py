@@ -107,17 +107,17 @@ class Command(BaseCommand):
         if embeddings.expected_model_id() is None:
             raise CommandError("LESSONBOARD_EMBEDDING_PROVIDER=none: there is nothing to embed with")
         if options["resize"]:
-            vectors.resize_column(settings.LESSONS_EMBEDDING_DIMENSIONS)
-            self.stdout.write(f"embedding column is now vector({settings.LESSONS_EMBEDDING_DIMENSIONS})")
-        elif (actual := vectors.column_dimensions()) not in (None, settings.LESSONS_EMBEDDING_DIMENSIONS):
+            vectors.resize_column(settings.EMBEDDING_DIMENSIONS)
+            self.stdout.write(f"embedding column is now vector({settings.EMBEDDING_DIMENSIONS})")
+        elif (actual := vectors.column_dimensions()) not in (None, settings.EMBEDDING_DIMENSIONS):
             raise CommandError(
                 f"the column is vector({actual}) but LESSONBOARD_EMBEDDING_DIMENSIONS="
-                f"{settings.LESSONS_EMBEDDING_DIMENSIONS}; run with --resize"
+                f"{settings.EMBEDDING_DIMENSIONS}; run with --resize"
             )
         self.stdout.write(embeddings.describe())
         provider = embeddings.load(
-            settings.LESSONS_EMBEDDING_PROVIDER,
-            settings.LESSONS_EMBEDDING_LOCAL_MODEL,
+            settings.EMBEDDING_PROVIDER,
+            settings.EMBEDDING_LOCAL_MODEL,
             threads=max(1, options["threads"]),
         )
         done = vectors.embed_pending(
