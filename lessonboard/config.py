@@ -981,7 +981,7 @@ VARS: tuple[Var, ...] = (
         "flag",
         default=True,
         section="lessons",
-        help="with an LLM configured, saving a lesson queues the LLM's \"applies when\" phrasings (queue `llm`), embedded with the lesson and shown on its page ([doc2query](lessons.md#doc2query))",
+        help='with an LLM configured, saving a lesson queues the LLM\'s "applies when" phrasings (queue `llm`), embedded with the lesson and shown on its page ([doc2query](lessons.md#doc2query))',
     ),
     Var(
         "LESSONBOARD_RETRIEVAL_RRF_K",
