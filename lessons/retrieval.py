@@ -534,11 +534,22 @@ def tag_branch(query: str, base: Any, depth: int) -> list[tuple[int, float]]:
     wanted = set(ordered[: settings.LESSONS_TAG_MAX_CANDIDATES])
     if not wanted:
         return []
-    rows = (
-        base.filter(tags__overlap=sorted(wanted))
-        .order_by()
-        .values_list("id", "tags", "score")[: settings.LESSONS_TEXT_CANDIDATES]
-    )
+    # Through the tags GIN index, never a walk of the workspace's rows filtering tags: with a bound the
+    # planner bets that enough rows match early, and when few or none do (rare words as tags) it read every
+    # lesson of the workspace (200,000 rows: ~1 s, docs/benchmarks.md). The settings are put back after
+    # (inside the request's transaction a SET LOCAL would outlive this query; a failure rolls them back).
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('enable_indexscan'), current_setting('enable_seqscan')")
+        previous = list(cursor.fetchone())
+        cursor.execute("SELECT set_config('enable_indexscan', 'off', true), set_config('enable_seqscan', 'off', true)")
+        rows = list(
+            base.filter(tags__overlap=sorted(wanted))
+            .order_by()
+            .values_list("id", "tags", "score")[: settings.LESSONS_TEXT_CANDIDATES]
+        )
+        cursor.execute(
+            "SELECT set_config('enable_indexscan', %s, true), set_config('enable_seqscan', %s, true)", previous
+        )
     ranked = sorted(
         ((pk, len(wanted.intersection(tags)), score) for pk, tags, score in rows), key=lambda r: (-r[1], -r[2], -r[0])
     )
