@@ -3,7 +3,7 @@
 # its page and no index gets an entry for it. At fillfactor 100 every retrieve's use-update inserted each
 # returned lesson into every index again, the HNSW graph included: ~15 ms a lesson at 200,000 lessons
 # (docs/benchmarks.md). Pages written before this keep no free space until the table is rewritten
-# (`VACUUM FULL lessons_lesson`, docs/operations.md#memory).
+# (`VACUUM FULL lessons_lesson`, docs/operations.md#lessons-table).
 from django.db import migrations
 
 
