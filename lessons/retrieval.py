@@ -512,7 +512,7 @@ def vector_branch(vector: Any, base: Any, depth: int, model_id: str) -> list[tup
         distance = CosineDistance("embedding", list(map(float, vector))) + Value(0.0)
         exact = Lesson.objects.filter(pk__in=few).annotate(distance=distance).order_by("distance", "id")
         return [(pk, 1.0 - float(d)) for pk, d in exact.values_list("id", "distance")[:depth]]
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
             # One round trip for both settings. With filters (workspace, tags…) keep walking the graph
             # until enough rows pass them (pgvector ≥ 0.8); "relaxed" order is put right by the sort below.
@@ -551,10 +551,14 @@ def tag_branch(query: str, base: Any, depth: int) -> list[tuple[int, float]]:
     # planner bets that enough rows match early, and when few or none do (rare words as tags) it read every
     # lesson of the workspace (200,000 rows: ~1 s, docs/benchmarks.md). The settings are put back after
     # (inside the request's transaction a SET LOCAL would outlive this query; a failure rolls them back).
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('enable_indexscan'), current_setting('enable_seqscan')")
-        previous = list(cursor.fetchone())
-        cursor.execute("SELECT set_config('enable_indexscan', 'off', true), set_config('enable_seqscan', 'off', true)")
+    # savepoint=False: no SAVEPOINT/RELEASE round trips inside the request's transaction (a failure there
+    # rolls the whole transaction back, the settings with it).
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('enable_indexscan'), current_setting('enable_seqscan'), "
+            "set_config('enable_indexscan', 'off', true), set_config('enable_seqscan', 'off', true)"
+        )
+        previous = list(cursor.fetchone()[:2])
         rows = list(
             base.filter(tags__overlap=sorted(wanted))
             .order_by()
