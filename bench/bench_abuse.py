@@ -6,8 +6,10 @@ request) and the web workers' RSS after each class.
     .venv/bin/python bench/bench_abuse.py [--lessons 20000] [--requests 10] [--big 30] [--rounds 5]
 
 ``--lessons 200000`` is the size the probe used (seeding takes a while on a 2-core machine: the HNSW index is
-built as rows arrive). The lessons are seeded in SQL with random vectors under the configured model's id,
-in one workspace; the same database is reused while ``--lessons`` stays the same.
+built once after the rows are in: the secondary indexes are dropped for the bulk load and rebuilt). The
+lessons are synthetic — seeded in SQL with random vectors under the configured model's id and texts of
+Zipf-distributed made-up words plus topic words, in one workspace; fine for a cost bench, not for quality.
+The same database is reused while ``--lessons`` stays the same.
 
 Rows:
 1. retrieve, task = 1,000 characters of ~150 distinct rare words, k=50 (also for a token bound to an
@@ -20,7 +22,10 @@ Rows:
 5. retrieve with "hyde": true while the server has HyDE off — beside the same without it (the reviews half
    of that row, LLM calls in web threads, belongs to the LLM gateway's limiter and is not replayed here);
 6. ``--rounds`` rounds of 10 concurrent maximum-size (15 MiB) triggers: every web worker's RSS after each
-   round (bar: the last round within 1.5x of the first).
+   round (bar: the last round within 1.5x of the first);
+7. ``--reviews`` (40) concurrent POST /api/v1/reviews against a fake model (tests/fakes) that takes
+   ``--model-latency`` (20 s) per answer: /healthz every 50 ms meanwhile, beside /healthz at rest (the
+   anchor), and how the reviews were answered (bar: p95 <= 50 ms while they wait; none holds every thread).
 """
 
 from __future__ import annotations
@@ -44,6 +49,10 @@ parser.add_argument("--rounds", type=int, default=5, help="rounds of 10 concurre
 parser.add_argument("--gaps", type=int, default=1000)
 parser.add_argument("--no-malloc-env", action="store_true", help="web without serve's allocator settings")
 parser.add_argument("--only-memory", action="store_true", help="row 6 only (the RSS rounds)")
+parser.add_argument("--seed-only", action="store_true", help="seed the lessons and stop")
+parser.add_argument("--only", default="", help="comma-separated rows to run (1-7); default: all")
+parser.add_argument("--reviews", type=int, default=40, help="concurrent reviews for row 7")
+parser.add_argument("--model-latency", type=float, default=20.0, help="seconds per fake model answer (row 7)")
 args = parser.parse_args()
 
 import bench_env  # noqa: E402
@@ -52,7 +61,7 @@ bench_env.setup("abuse")
 
 import psutil  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
@@ -63,6 +72,7 @@ from lessons import embeddings  # noqa: E402
 from lessons.models import Lesson  # noqa: E402
 from lessons.usage.models import Retrieval  # noqa: E402
 from tests.factories import UserFactory  # noqa: E402
+from tests.fakes.openai_server import FakeOpenAIServer, Reply  # noqa: E402
 from tests.support.processes import Gunicorn  # noqa: E402
 
 TOPICS = (
@@ -99,21 +109,41 @@ def seed_lessons(n: int) -> tuple[Workspace, Workspace]:
 
     sql = f"""
     INSERT INTO lessons_lesson (situation, mistake, correction, tags, trigger, content, fact_id, category,
-        confidence, provenance, access_count, last_accessed, score, agent, status, created_at, updated_at,
+        confidence, provenance, access_count, last_accessed, score, agent, occurrences, status, created_at, updated_at,
         lang, embedding_model, chatcli_extra, workspace_id, embedding)
     SELECT s, m, c, ARRAY['bench']::varchar[], 'error',
         'LESSON: ' || s || E'\\nMISTAKE: ' || m || E'\\nCORRECTION: ' || c, left(md5(g::text || %s), 24),
-        'lesson', 0.6, 'bench', 0, now(), 0, 'bench', 'active', now(), now(), 'en', %s, '{{}}'::jsonb, %s, v
+        'lesson', 0.6, 'bench', 0, now(), 0, 'bench', 1, 'active', now(), now(), 'en', %s, '{{}}'::jsonb, %s, v
     FROM (
         SELECT g, {words(8)} AS s, {words(6)} AS m, {words(10)} AS c,
             (SELECT array_agg(random() - 0.5)::real[] FROM generate_series(1, {dims}) WHERE g > 0)::vector AS v
         FROM generate_series(1, %s) AS g
     ) AS rows
     """
-    with connection.cursor() as cur:
+    # One transaction (DDL is transactional in PostgreSQL): a failed seed leaves no index dropped.
+    with transaction.atomic(), connection.cursor() as cur:
+        # Bulk load: the table's secondary indexes (HNSW, GIN, trigram…) are dropped first and built once at
+        # the end, which is many times faster than growing them row by row; constraint indexes stay.
+        cur.execute(
+            "SELECT i.relname, pg_get_indexdef(x.indexrelid) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+            "WHERE x.indrelid = 'lessons_lesson'::regclass "
+            "AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid)"
+        )
+        indexes = cur.fetchall() if n >= 20_000 else []
+        for name, _ in indexes:
+            cur.execute(f'DROP INDEX "{name}"')
         for start in range(0, n, 5000):
             cur.execute(sql, [f"b{start}", model, big.pk, min(5000, n - start)])
+            if start % 50_000 == 0:
+                print(f"  {start + 5000:,} rows ({time.perf_counter() - t0:.0f} s)", flush=True)
         cur.execute(sql, ["tiny", model, tiny.pk, 3])
+        cur.execute("SET LOCAL maintenance_work_mem = '2GB'")
+        cur.execute("SET LOCAL max_parallel_maintenance_workers = 1")
+        for name, ddl in indexes:
+            t1 = time.perf_counter()
+            cur.execute(ddl)
+            print(f"  index {name} built in {time.perf_counter() - t1:.0f} s", flush=True)
+    with connection.cursor() as cur:
         cur.execute("ANALYZE lessons_lesson")
     print(f"seeded {n:,} lessons in {time.perf_counter() - t0:.0f} s", flush=True)
     return big, tiny
@@ -243,15 +273,110 @@ def memory_rounds(web: Web) -> None:
     Job.objects.all().delete()
 
 
+class HealthSampler(threading.Thread):
+    """GET /healthz every 50 ms until stopped; keeps the latencies (ms) and the non-200 answers."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.ms: list[float] = []
+        self.failed = 0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.05):
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            t0 = time.perf_counter()
+            try:
+                conn.request("GET", "/healthz")
+                response = conn.getresponse()
+                response.read()
+                self.failed += response.status != 200
+            except OSError:
+                self.failed += 1
+            self.ms.append((time.perf_counter() - t0) * 1000)
+            conn.close()
+
+    def figures(self) -> str:
+        return (
+            f"p50 {percentile(self.ms, 50):.1f} ms  p95 {percentile(self.ms, 95):.1f} ms  "
+            f"max {max(self.ms):.1f} ms over {len(self.ms)} probes ({self.failed} not 200)"
+        )
+
+
+def reviews_on_a_slow_model(web: Web, fake: FakeOpenAIServer) -> None:
+    print(f"7. {args.reviews} concurrent reviews, the model taking {args.model_latency:.0f} s per answer")
+    rest = HealthSampler(web.server.port)
+    rest.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not rest.stopped.wait(0.5):
+        pass
+    rest.stopped.set()
+    rest.join()
+    print(f"  anchor: /healthz at rest         {rest.figures()}", flush=True)
+    fake.latency = args.model_latency
+    fake.max_in_flight = 0
+    statuses: dict[int, int] = {}
+    answered: list[tuple[int, float]] = []
+    lock = threading.Lock()
+
+    def review() -> None:
+        body = {"summary": f"did work {time.monotonic_ns()}", "workspace": "abuse-big", "agent": "bench"}
+        status, _, ms = web.call("POST", "/api/v1/reviews", body, api=True)
+        with lock:
+            statuses[status] = statuses.get(status, 0) + 1
+            answered.append((status, ms))
+
+    busy = HealthSampler(web.server.port)
+    busy.start()
+    pool = [threading.Thread(target=review) for _ in range(args.reviews)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    busy.stopped.set()
+    busy.join()
+    fake.latency = 0.0
+    refused = [ms for status, ms in answered if status == 503]
+    waited = [ms for status, ms in answered if status != 503]
+    print(f"  /healthz while the reviews wait  {busy.figures()}")
+    print(
+        f"  reviews: statuses {statuses}; at the model at once: {fake.max_in_flight}; "
+        f"503 answered in p95 {percentile(refused, 95) if refused else 0:.0f} ms; "
+        f"the others in p50 {percentile(waited, 50) if waited else 0:.0f} ms",
+    )
+    p95 = percentile(busy.ms, 95)
+    print(
+        f"  /healthz p95 busy/rest: {p95 / max(percentile(rest.ms, 95), 0.001):.2f}x; bar p95 <= 50 ms:",
+        "met" if p95 <= 50 else "NOT met",
+        flush=True,
+    )
+
+
+def want(row: int) -> bool:
+    if args.only_memory:
+        return row == 6
+    return not args.only or str(row) in args.only.split(",")
+
+
 def main() -> None:
     seed_lessons(args.lessons)
+    if args.seed_only:
+        return
     token = issue_token(f"bench-abuse-{time.monotonic_ns()}", ["full"]).plaintext
     bound = issue_token(f"bench-abuse-bound-{time.monotonic_ns()}", ["full"], workspaces=["abuse-tiny"]).plaintext
     viewer = UserFactory(username=f"bench-abuse-{time.monotonic_ns()}", role="viewer")
     browser = Client()
     browser.force_login(viewer)
     cookie = f"{settings.SESSION_COOKIE_NAME}={browser.cookies[settings.SESSION_COOKIE_NAME].value}"
-    env = bench_env.env(**({} if args.no_malloc_env else MALLOC_ENV))
+    fake = FakeOpenAIServer().start()
+    fake.default = Reply(text='{"proposals": []}')  # a review that proposes nothing: the call's wait is the cost
+    env = bench_env.env(
+        **({} if args.no_malloc_env else MALLOC_ENV),
+        LESSONBOARD_LLM_BASE_URL=fake.url,
+        LESSONBOARD_LLM_MODEL=fake.model,
+        LESSONBOARD_LLM_TIMEOUT="120s",
+    )
     server = Gunicorn(env=env, workers=2).wait_ready()
     web = Web(server, token, cookie)
     rnd = random.Random(28)
@@ -268,126 +393,142 @@ def main() -> None:
             web.call("GET", "/lessons/?q=warm")
         print(f"start: web RSS {' / '.join(f'{r:.0f}' for r in web.rss())} MB")
 
-        if args.only_memory:
+        if want(1):
+            print("1. retrieve (class: retrieve)")
+            measure(
+                web,
+                "normal: 6-word task, k=5",
+                lambda: (
+                    "POST",
+                    "/api/v1/lessons/retrieve",
+                    {"task": "retry with backoff on 429 " + str(rnd.random()), "k": 5, "workspace": "abuse-big"},
+                    True,
+                ),
+                n,
+            )
+            row = measure(
+                web,
+                "abuse: 1,000 chars of ~150 rare words, k=50",
+                lambda: (
+                    "POST",
+                    "/api/v1/lessons/retrieve",
+                    {"task": rare_task(rnd), "k": 50, "workspace": "abuse-big"},
+                    True,
+                ),
+                n,
+            )
+            if row["statuses"].get(503):
+                print(
+                    f"     503 body: {json.loads(row['last']) if row['last'].startswith(b'{') else row['last'][:200]!r}"
+                )
+            web_bound = Web(server, bound, cookie)
+            measure(
+                web_bound,
+                "abuse, token bound to a 3-lesson workspace",
+                lambda: (
+                    "POST",
+                    "/api/v1/lessons/retrieve",
+                    {"task": rare_task(rnd), "k": 50, "workspace": "abuse-tiny"},
+                    True,
+                ),
+                n,
+            )
+
+        if want(2):
+            print("2. /lessons/?q= as a viewer (class: search)")
+            measure(
+                web,
+                "normal: /lessons/?q=<6 words>",
+                lambda: (
+                    "GET",
+                    "/lessons/?q=" + urllib.parse.quote("retry backoff rate limit 429 deploy"),
+                    None,
+                    False,
+                ),
+                n,
+            )
+            measure(
+                web,
+                "abuse: /lessons/?q=<1,000 chars of rare words>",
+                lambda: ("GET", "/lessons/?q=" + urllib.parse.quote(rare_task(rnd)), None, False),
+                n,
+            )
+
+        if want(3):
+            print(f"3. queue search (class: search) after {args.big} done jobs of 15 MiB")
+            t0 = time.perf_counter()
+            seed_done_jobs(args.big)
+            print(f"     ({args.big} jobs of 15 MiB written in {time.perf_counter() - t0:.0f} s)")
+            measure(web, "normal: /queue/?tab=done", lambda: ("GET", "/queue/?tab=done", None, False), n)
+            measure(
+                web,
+                "abuse: /queue/?tab=done&q=zz (refused: too short)",
+                lambda: ("GET", "/queue/?tab=done&q=zz", None, False),
+                n,
+            )
+            measure(
+                web,
+                "/queue/?tab=done&q=zzz (the excerpt index)",
+                lambda: ("GET", "/queue/?tab=done&q=zzz", None, False),
+                n,
+            )
+            measure(
+                web,
+                "/queue/?tab=done&q=deploy7 (a hit in every job)",
+                lambda: ("GET", "/queue/?tab=done&q=deploy7", None, False),
+                n,
+            )
+            Job.objects.all().delete()
+
+        if want(4):
+            print(f"4. derived views (class: list) after {args.gaps:,} distinct gaps")
+            seed_gaps(args.gaps)
+            from console.tasks import refresh_derived
+
+            t0 = time.perf_counter()
+            refreshed = refresh_derived()
+            print(
+                f"     beat's refresh_derived {refreshed}: {(time.perf_counter() - t0) * 1000:.0f} ms (in the worker, not a page)"
+            )
+            measure(web, "normal: /lessons/ (list page)", lambda: ("GET", "/lessons/", None, False), n)
+            measure(web, "/lessons/gaps/", lambda: ("GET", "/lessons/gaps/", None, False), n)
+            measure(web, "/inbox/", lambda: ("GET", "/inbox/", None, False), n)
+            measure(web, "/overview/ (nav badge from the maintained row)", lambda: ("GET", "/", None, False), n)
+
+        if want(5):
+            print("5. hyde from the request while the server has it off (class: retrieve)")
+            measure(
+                web,
+                "normal: retrieve without hyde",
+                lambda: (
+                    "POST",
+                    "/api/v1/lessons/retrieve",
+                    {"task": "deploy the helm chart " + str(rnd.random()), "workspace": "abuse-big"},
+                    True,
+                ),
+                n,
+            )
+            row = measure(
+                web,
+                'abuse: retrieve with "hyde": true',
+                lambda: (
+                    "POST",
+                    "/api/v1/lessons/retrieve",
+                    {"task": "deploy the helm chart " + str(rnd.random()), "hyde": True, "workspace": "abuse-big"},
+                    True,
+                ),
+                n,
+            )
+            print(f"     explanation.hyde: {json.loads(row['last'])['explanation'].get('hyde')}")
+
+        if want(6):
             memory_rounds(web)
-            return
-        print("1. retrieve (class: retrieve)")
-        measure(
-            web,
-            "normal: 6-word task, k=5",
-            lambda: (
-                "POST",
-                "/api/v1/lessons/retrieve",
-                {"task": "retry with backoff on 429 " + str(rnd.random()), "k": 5, "workspace": "abuse-big"},
-                True,
-            ),
-            n,
-        )
-        row = measure(
-            web,
-            "abuse: 1,000 chars of ~150 rare words, k=50",
-            lambda: (
-                "POST",
-                "/api/v1/lessons/retrieve",
-                {"task": rare_task(rnd), "k": 50, "workspace": "abuse-big"},
-                True,
-            ),
-            n,
-        )
-        if row["statuses"].get(503):
-            print(f"     503 body: {json.loads(row['last']) if row['last'].startswith(b'{') else row['last'][:200]!r}")
-        web_bound = Web(server, bound, cookie)
-        measure(
-            web_bound,
-            "abuse, token bound to a 3-lesson workspace",
-            lambda: (
-                "POST",
-                "/api/v1/lessons/retrieve",
-                {"task": rare_task(rnd), "k": 50, "workspace": "abuse-tiny"},
-                True,
-            ),
-            n,
-        )
-
-        print("2. /lessons/?q= as a viewer (class: search)")
-        measure(
-            web,
-            "normal: /lessons/?q=<6 words>",
-            lambda: ("GET", "/lessons/?q=" + urllib.parse.quote("retry backoff rate limit 429 deploy"), None, False),
-            n,
-        )
-        measure(
-            web,
-            "abuse: /lessons/?q=<1,000 chars of rare words>",
-            lambda: ("GET", "/lessons/?q=" + urllib.parse.quote(rare_task(rnd)), None, False),
-            n,
-        )
-
-        print(f"3. queue search (class: search) after {args.big} done jobs of 15 MiB")
-        t0 = time.perf_counter()
-        seed_done_jobs(args.big)
-        print(f"     ({args.big} jobs of 15 MiB written in {time.perf_counter() - t0:.0f} s)")
-        measure(web, "normal: /queue/?tab=done", lambda: ("GET", "/queue/?tab=done", None, False), n)
-        measure(
-            web,
-            "abuse: /queue/?tab=done&q=zz (refused: too short)",
-            lambda: ("GET", "/queue/?tab=done&q=zz", None, False),
-            n,
-        )
-        measure(
-            web, "/queue/?tab=done&q=zzz (the excerpt index)", lambda: ("GET", "/queue/?tab=done&q=zzz", None, False), n
-        )
-        measure(
-            web,
-            "/queue/?tab=done&q=deploy7 (a hit in every job)",
-            lambda: ("GET", "/queue/?tab=done&q=deploy7", None, False),
-            n,
-        )
-        Job.objects.all().delete()
-
-        print(f"4. derived views (class: list) after {args.gaps:,} distinct gaps")
-        seed_gaps(args.gaps)
-        from console.tasks import refresh_derived
-
-        t0 = time.perf_counter()
-        refreshed = refresh_derived()
-        print(
-            f"     beat's refresh_derived {refreshed}: {(time.perf_counter() - t0) * 1000:.0f} ms (in the worker, not a page)"
-        )
-        measure(web, "normal: /lessons/ (list page)", lambda: ("GET", "/lessons/", None, False), n)
-        measure(web, "/lessons/gaps/", lambda: ("GET", "/lessons/gaps/", None, False), n)
-        measure(web, "/inbox/", lambda: ("GET", "/inbox/", None, False), n)
-        measure(web, "/overview/ (nav badge from the maintained row)", lambda: ("GET", "/", None, False), n)
-
-        print("5. hyde from the request while the server has it off (class: retrieve)")
-        measure(
-            web,
-            "normal: retrieve without hyde",
-            lambda: (
-                "POST",
-                "/api/v1/lessons/retrieve",
-                {"task": "deploy the helm chart " + str(rnd.random()), "workspace": "abuse-big"},
-                True,
-            ),
-            n,
-        )
-        row = measure(
-            web,
-            'abuse: retrieve with "hyde": true',
-            lambda: (
-                "POST",
-                "/api/v1/lessons/retrieve",
-                {"task": "deploy the helm chart " + str(rnd.random()), "hyde": True, "workspace": "abuse-big"},
-                True,
-            ),
-            n,
-        )
-        print(f"     explanation.hyde: {json.loads(row['last'])['explanation'].get('hyde')}")
-
-        memory_rounds(web)
+        if want(7):
+            reviews_on_a_slow_model(web, fake)
         Job.objects.all().delete()
     finally:
         server.stop()
+        fake.stop()
 
 
 if __name__ == "__main__":

@@ -506,7 +506,7 @@ VARS: tuple[Var, ...] = (
         default=16,
         minimum=1,
         section="processes",
-        help="threads per gunicorn worker (gthread); each holds its own DB connection, so workers × threads must stay under PostgreSQL's `max_connections` with the Celery workers ([operations](operations.md#web-under-load))",
+        help="threads per gunicorn worker (gthread); each holds its own DB connection, so workers × threads must stay under PostgreSQL's `max_connections` with the Celery workers ([operations](operations.md#web-under-load)); at most half of them per worker do LLM work at once (reviews, HyDE, MCP proposal scoring; [API](api.md#reviews-when-busy))",
     ),
     Var(
         "LESSONBOARD_WEB_MAX_REQUESTS",

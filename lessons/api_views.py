@@ -3,6 +3,7 @@ the memory API: get, list, update, archive/restore, delete (a tombstone), share,
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
@@ -11,6 +12,7 @@ from django.http import HttpRequest, JsonResponse
 from pydantic import Field
 
 from lessonboard.api import ApiError, Described, api_view, check_workspace, json_body, named_workspace
+from lessonboard.llm import limiter
 from lessonboard.models import AgentToken, AuditEvent, TokenScope, Workspace
 from lessonboard.pagination import decode_cursor, keyset_page
 from lessonboard.schemas import AgentName, OptionalSlug, RequestModel, ResponseModel, Says, Tags, validated
@@ -332,9 +334,20 @@ def retrieve(request: HttpRequest) -> JsonResponse:
     only = agent if body.agent_mode == "only" else ""
     filters = retrieval.Filters(workspace=slug, tags=tags, scope=body.scope, agent=only)
     prefer = agent if body.agent_mode == "first" else ""
-    with statement_timeout("retrieve"):
-        result = retrieval.search(task, k=k, filters=filters, hyde=hyde, prefer_agent=prefer)
-    if body.hyde and not hyde:
+    with ExitStack() as stack:
+        busy = ""
+        if hyde:
+            # HyDE's call is LLM work in a web thread: one of this process's places for it, and no wait
+            # for a node slot (docs/api.md#reviews-when-busy); with none free the task is embedded as is.
+            try:
+                stack.enter_context(limiter.web_call())
+            except limiter.WebShareFull as exc:
+                hyde, busy = False, exc.message
+        with statement_timeout("retrieve"):
+            result = retrieval.search(task, k=k, filters=filters, hyde=hyde, prefer_agent=prefer)
+    if busy:
+        result.explanation["hyde"] = {"skipped": busy, "fallback": "query embedded as is"}
+    elif body.hyde and not settings.RETRIEVAL_HYDE:
         result.explanation["hyde"] = {"refused": "LESSONBOARD_RETRIEVAL_HYDE is off on this server"}
     lessons: list[Lesson] = [hit.lesson for hit in result.hits]
     record_use([lesson.pk for lesson in lessons])

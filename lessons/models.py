@@ -162,6 +162,9 @@ class Lesson(models.Model):
         indexes = [
             GinIndex(fields=["tags"], name="lesson_tags_gin"),
             models.Index(fields=["status", "-created_at"]),
+            # The lessons page's default order, newest first over every status: without it each page sorted
+            # the whole table (200,000 lessons: ~0.6 s, docs/benchmarks.md#bounded-cost).
+            models.Index(fields=["-created_at", "-id"], name="lesson_newest_idx"),
             GinIndex(fields=["search_vector"], name="lesson_search_gin"),
             # The shared tier is small and read by every workspace's retrieve.
             models.Index(fields=["status"], condition=Q(scope="shared"), name="lesson_shared"),

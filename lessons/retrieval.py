@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
-from django.db.models import Q, Subquery
+from django.db.models import Q, Subquery, Value
 from pgvector.django import CosineDistance
 
 from lessonboard import files, llm
@@ -536,8 +536,21 @@ def branches_agree(vector_rows: list[tuple[int, float]], text_rows: list[tuple[i
     return bool(vector_rows) and vector_rows[0][0] in {pk for pk, _ in text_rows[:5]}
 
 
+# A filtered set this small (a small workspace in a big table, narrow filters) is ranked exactly: walking
+# the HNSW graph until enough of its few lessons turn up visits up to hnsw.max_scan_tuples rows (a
+# 3-lesson workspace beside 200,000 lessons: ~0.7 s), while its exact distances cost well under a millisecond.
+VECTOR_EXACT_BELOW = 1000
+
+
 def vector_branch(vector: Any, base: Any, depth: int, model_id: str) -> list[tuple[int, float]]:
-    with transaction.atomic():
+    candidates = base.filter(embedding__isnull=False, embedding_model=model_id)
+    few = list(candidates.order_by().values_list("id", flat=True)[: VECTOR_EXACT_BELOW + 1])
+    if len(few) <= VECTOR_EXACT_BELOW:
+        # "+ 0": an ORDER BY the HNSW index cannot serve, so the planner reads the rows by primary key.
+        distance = CosineDistance("embedding", list(map(float, vector))) + Value(0.0)
+        exact = Lesson.objects.filter(pk__in=few).annotate(distance=distance).order_by("distance", "id")
+        return [(pk, 1.0 - float(d)) for pk, d in exact.values_list("id", "distance")[:depth]]
+    with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
             # One round trip for both settings. With filters (workspace, tags…) keep walking the graph
             # until enough rows pass them (pgvector ≥ 0.8); "relaxed" order is put right by the sort below.
@@ -572,11 +585,26 @@ def tag_branch(query: str, base: Any, depth: int) -> list[tuple[int, float]]:
     wanted = set(ordered[: settings.RETRIEVAL_MAX_TAG_CANDIDATES])
     if not wanted:
         return []
-    rows = (
-        base.filter(tags__overlap=sorted(wanted))
-        .order_by()
-        .values_list("id", "tags", "score")[: settings.RETRIEVAL_TEXT_CANDIDATES]
-    )
+    # Through the tags GIN index, never a walk of the workspace's rows filtering tags: with a bound the
+    # planner bets that enough rows match early, and when few or none do (rare words as tags) it read every
+    # lesson of the workspace (200,000 rows: ~1 s, docs/benchmarks.md). The settings are put back after
+    # (inside the request's transaction a SET LOCAL would outlive this query; a failure rolls them back).
+    # savepoint=False: no SAVEPOINT/RELEASE round trips inside the request's transaction (a failure there
+    # rolls the whole transaction back, the settings with it).
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('enable_indexscan'), current_setting('enable_seqscan'), "
+            "set_config('enable_indexscan', 'off', true), set_config('enable_seqscan', 'off', true)"
+        )
+        previous = list(cursor.fetchone()[:2])
+        rows = list(
+            base.filter(tags__overlap=sorted(wanted))
+            .order_by()
+            .values_list("id", "tags", "score")[: settings.RETRIEVAL_TEXT_CANDIDATES]
+        )
+        cursor.execute(
+            "SELECT set_config('enable_indexscan', %s, true), set_config('enable_seqscan', %s, true)", previous
+        )
     ranked = sorted(
         ((pk, len(wanted.intersection(tags)), score) for pk, tags, score in rows), key=lambda r: (-r[1], -r[2], -r[0])
     )

@@ -25,6 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from lessonboard.api import ApiError, call_view, workspace_for
+from lessonboard.llm import limiter
 from lessonboard.models import AgentToken, TokenScope
 from lessons.review.api_views import outcome_payload, workspace_slug
 from lessons.review.proposals import InvalidProposal, parse_proposal
@@ -287,7 +288,14 @@ def _propose(raw: dict[str, Any], slug: str, agent: str) -> dict[str, Any]:
     summary = summary[: settings.REVIEW_SUMMARY_MAX]
     # The agent is the proposer: the pass, its gates, the store and the records are the API's own.
     # The gate reads the server's score (docs/reviews.md#who-scores); the agent's own is advisory.
-    proposal = rescored(proposal)
+    # The review model's call is LLM work in a web thread: one of this process's places for it, no wait
+    # for a node slot (docs/api.md#reviews-when-busy); with none free the heuristic scores it.
+    try:
+        with limiter.web_call():
+            proposal = rescored(proposal)
+    except limiter.WebShareFull as exc:
+        proposal = rescored(proposal, model=False)
+        proposal = proposal.model_copy(update={"score_reason": f"{proposal.score_reason} ({exc.message})"})
     result = run_review(workspace, summary, agent=agent, proposer=lambda _summary: [proposal], token=token)
     if result.error is not None:
         raise ToolError(f"{result.error.stage}: {result.error.message}")

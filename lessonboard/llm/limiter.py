@@ -16,6 +16,11 @@ time of the last cut), rewritten whole with ``os.replace`` under ``flock`` on ``
 of the node reads the same limit, a killed writer leaves the old value or the new one, never half a file,
 and the kernel drops its lock. Held slots above a lowered limit finish their call; new callers only take
 slots below it. The healthy path at the ceiling writes nothing.
+
+A web process also keeps its own threads free: ``web_call`` lets at most ``web_share()`` of its requests
+(half of LESSONBOARD_WEB_THREADS) do LLM work at once, so the node's slots can never all land in one web
+process and hold every thread its /healthz and pages need; one over the share is refused at once
+(``WebShareFull``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import hashlib
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,6 +62,7 @@ __all__ = [
     "Held",
     "LLMSaturated",
     "NoWait",
+    "WebShareFull",
     "allowed",
     "allowed_exact",
     "answered",
@@ -69,7 +76,56 @@ __all__ = [
     "saturated",
     "slot",
     "states",
+    "web_call",
+    "web_calls",
+    "web_share",
 ]
+
+
+class WebShareFull(LLMSaturated):
+    """This web process already has ``web_share()`` requests doing LLM work: the request was not started."""
+
+
+_web_lock = threading.Lock()
+_web_calls = 0  # requests of this process inside ``web_call`` now
+
+
+def web_share() -> int:
+    """How many of one web process's requests may do LLM work at once: half its threads (at least 1)."""
+    return max(int(settings.WEB_THREADS) // 2, 1)
+
+
+def web_calls() -> int:
+    """How many of this process's requests are inside ``web_call`` now (for tests and pages)."""
+    return _web_calls
+
+
+@contextmanager
+def web_call() -> Iterator[NoWait]:
+    """A web request's LLM work: one of this process's ``web_share()`` places, taken without waiting
+    (``WebShareFull`` at once when none is free), and inside it ``no_wait`` (no call waits for a node slot)."""
+    global _web_calls
+    from lessonboard.metrics import LLM_SATURATED
+
+    share = web_share()
+    with _web_lock:
+        if _web_calls >= share:
+            full = True
+        else:
+            full = False
+            _web_calls += 1
+    if full:
+        LLM_SATURATED.inc()
+        raise WebShareFull(
+            f"{share} requests of this web process already wait on the LLM (half its LESSONBOARD_WEB_THREADS, "
+            "so its other threads stay free); try again shortly"
+        )
+    try:
+        with no_wait() as guard:
+            yield guard
+    finally:
+        with _web_lock:
+            _web_calls -= 1
 
 
 def limit_for(model: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack
 from typing import Annotated, Any
 
 from django.conf import settings
@@ -87,9 +88,13 @@ def outcome_payload(proposals: list[Proposal]) -> dict[str, list[dict[str, Any]]
     return buckets
 
 
-def _saturated(slug: str, *, run: int | None = None) -> JsonResponse:
-    """Every LLM slot of this node is in use: answered at once, nothing waits in the web process."""
-    body: dict[str, Any] = {"error": "every LLM call slot of this node is in use; try again shortly", "workspace": slug}
+def _saturated(slug: str, *, run: int | None = None, error: str = "") -> JsonResponse:
+    """Every LLM slot of this node (or this web process's share of its threads) is in use: answered at
+    once, nothing waits in the web process."""
+    body: dict[str, Any] = {
+        "error": error or "every LLM call slot of this node is in use; try again shortly",
+        "workspace": slug,
+    }
     if run is not None:
         body["run"] = run
     response = JsonResponse(body, status=503)
@@ -106,7 +111,8 @@ def _saturated(slug: str, *, run: int | None = None) -> JsonResponse:
         responses={200: ReviewOut, 502: ReviewOut},
         error_text={
             503: "Nothing was run, or the run stopped: the LLM is unreachable, rate-limited, or every LLM call slot "
-            "of this node is in use (the web never waits for one); `Retry-After` says when to try again"
+            "of this node is in use, or half this web process's threads already wait on the LLM (the web never waits "
+            "for one); `Retry-After` says when to try again"
         },
     ),
 )
@@ -132,7 +138,12 @@ def reviews(request: HttpRequest) -> JsonResponse:
         return response
     if limiter.saturated(settings.LLM_MODEL):
         return _saturated(slug)
-    with limiter.no_wait() as guard:  # the web never waits for a slot (docs/api.md#reviews-when-busy)
+    with ExitStack() as stack:
+        try:
+            # The web never waits for a slot, and keeps half its threads free (docs/api.md#reviews-when-busy).
+            guard = stack.enter_context(limiter.web_call())
+        except limiter.WebShareFull as exc:
+            return _saturated(slug, error=exc.message)
         result = run_review(workspace, summary, agent=agent, token=request.agent_token)  # type: ignore[attr-defined]
     if guard.refused:
         return _saturated(slug, run=result.run.pk)

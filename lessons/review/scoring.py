@@ -74,9 +74,10 @@ def model_score(proposal: ReviewProposal) -> tuple[float, str]:
     return round(float(score), 2), f"review model {result.model}: {reason}".rstrip(": ")
 
 
-def server_score(proposal: ReviewProposal) -> tuple[float, str]:
-    """The review model's score when an LLM is configured, else (or when it fails) the heuristic."""
-    if llm.is_configured():
+def server_score(proposal: ReviewProposal, *, model: bool = True) -> tuple[float, str]:
+    """The review model's score when an LLM is configured (and ``model``), else (or when it fails) the
+    heuristic."""
+    if model and llm.is_configured():
         try:
             return model_score(proposal)
         except (llm.LLMError, ValueError) as exc:
@@ -86,7 +87,8 @@ def server_score(proposal: ReviewProposal) -> tuple[float, str]:
     return heuristic_score(proposal)
 
 
-def rescored(proposal: ReviewProposal) -> ReviewProposal:
-    """``proposal`` with the server's score, the agent's own kept as ``agent_score`` (advisory)."""
-    score, why = server_score(proposal)
+def rescored(proposal: ReviewProposal, *, model: bool = True) -> ReviewProposal:
+    """``proposal`` with the server's score, the agent's own kept as ``agent_score`` (advisory);
+    ``model=False``: the heuristic's, without asking the review model."""
+    score, why = server_score(proposal, model=model)
     return proposal.model_copy(update={"agent_score": proposal.score, "score": score, "score_reason": why})

@@ -209,6 +209,9 @@ def test_the_server_scores_an_agents_proposal_with_the_heuristic_or_the_review_m
     assert "grants a permission" in scored.score_reason
     fake_openai.script(Reply(text="not json"))
     assert rescored(policy).score == 0.4  # the model failed: the heuristic scores it
+    asked = len(fake_openai.chat_requests())
+    # MCP's web process had no place free for LLM work: the heuristic, without asking the model.
+    assert rescored(policy, model=False).score == 0.4 and len(fake_openai.chat_requests()) == asked
     settings.LLM_BASE_URL = ""
     assert "server heuristic" in rescored(fact).score_reason
 

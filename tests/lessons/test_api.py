@@ -166,6 +166,22 @@ def test_a_requests_hyde_is_refused_while_the_server_has_it_off(api, settings, f
     assert fake_openai.chat_requests() == []
 
 
+def test_hyde_is_skipped_at_once_while_half_the_web_processs_threads_wait_on_the_llm(api, settings, fake_openai):
+    """A retrieve with HyDE on takes one of the web process's places for LLM work; with none free it embeds
+    the task as is at once instead of holding another thread (docs/api.md#reviews-when-busy)."""
+    from lessonboard.llm import limiter
+
+    fake_openai.script("a hypothetical lesson that must not be asked for")
+    settings.RETRIEVAL_HYDE = True
+    settings.WEB_THREADS = 2  # one place
+    with limiter.web_call():  # another request of this process is waiting on the model
+        response = api.post("/api/v1/lessons/retrieve", {"task": "bulk API calls get 429"})
+    assert response.status_code == 200
+    hyde = response.json()["explanation"]["hyde"]
+    assert hyde["fallback"] == "query embedded as is" and "LESSONBOARD_WEB_THREADS" in hyde["skipped"]
+    assert fake_openai.chat_requests() == [] and limiter.web_calls() == 0
+
+
 def test_it_gets_a_lesson_with_its_history_and_hides_other_workspaces_from_a_bound_token(api):
     from lessonboard.tokens import issue_token
     from lessons.store import persist_lesson

@@ -264,3 +264,37 @@ def test_a_task_naming_a_rare_identifier_leans_on_full_text(corpus, settings):
     plain = retrieval.search("resolve the merge conflict markers", k=3)
     assert "rare_identifiers" not in plain.explanation
     retrieval.reset_term_stats()
+
+
+@pytest.mark.django_db
+def test_a_small_filtered_set_is_ranked_exactly_and_a_big_one_through_the_hnsw_index(corpus, monkeypatch):
+    """The vector branch ranks a filtered set of at most VECTOR_EXACT_BELOW lessons by exact distance (a
+    small workspace beside many lessons would otherwise walk the HNSW graph a long way for its few rows);
+    above it, the HNSW index with pgvector's iterative scan. Both give the same order here."""
+    from django.db import connection
+
+    provider = retrieval.embeddings.provider()
+    vector = provider.embed_query("our script hits 429 Too Many Requests from the payments API")
+    base = Lesson.objects.active()
+    sent: list[str] = []
+    plans: list[str] = []
+
+    def explain(execute, sql, params, many, context):
+        if not sql.startswith("EXPLAIN"):
+            sent.append(sql)
+            if "<=>" in sql:
+                context["cursor"].execute(f"EXPLAIN {sql}", params)
+                plans.append("\n".join(row[0] for row in context["cursor"].fetchall()))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(explain):
+        exact = retrieval.vector_branch(vector, base, 3, provider.model_id)
+        exact_sent, sent[:] = list(sent), []
+        monkeypatch.setattr(retrieval, "VECTOR_EXACT_BELOW", 2)  # four lessons: "a big set"
+        graph = retrieval.vector_branch(vector, base, 3, provider.model_id)
+    assert exact[0][0] == corpus["rate"].pk and len(exact) == 3
+    assert [pk for pk, _ in graph] == [pk for pk, _ in exact]
+    assert [s for _, s in graph] == pytest.approx([s for _, s in exact], abs=1e-5)
+    assert "lesson_embedding_hnsw" not in plans[0], plans[0]  # the exact ranking never reads the graph
+    assert not any("hnsw.iterative_scan" in sql for sql in exact_sent)
+    assert any("hnsw.iterative_scan" in sql for sql in sent)  # the big set: the graph's iterative scan

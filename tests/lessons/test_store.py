@@ -10,6 +10,7 @@ from lessons.store import (
     merge_lessons,
     persist_lesson,
     persist_manual,
+    record_use,
     restore_version,
     set_status,
 )
@@ -36,6 +37,24 @@ def test_tags_follow_chatcli_order_without_dedupe():
 def test_a_fresh_lesson_scores_like_chatcli():
     assert chatcli_score(1, 0, 0.6) == pytest.approx((1 + math.log(2)) * 1.1)
     assert chatcli_score(1, 0, 0.6) == pytest.approx(1.8625, abs=1e-4)
+
+
+def test_reinforce_by_use_writes_each_lesson_once_with_chatclis_score(django_assert_num_queries):
+    one = persist_lesson(
+        situation="editing a large file", mistake="rewrote it whole", correction="patch it", tags=[], trigger="error"
+    ).lesson
+    two = persist_lesson(
+        situation="calling a rate-limited API", mistake="retried at once", correction="back off", tags=[], trigger="x"
+    ).lesson
+    assert one.pk != two.pk
+    Lesson.objects.filter(pk=two.pk).update(access_count=4, confidence=0.9)
+    with django_assert_num_queries(1):  # one UPDATE, one new row version per lesson (HOT-eligible)
+        record_use([two.pk, one.pk, two.pk])
+    one.refresh_from_db()
+    two.refresh_from_db()
+    assert (one.access_count, two.access_count) == (2, 5)
+    assert one.score == pytest.approx(chatcli_score(2, 0, one.confidence))
+    assert two.score == pytest.approx(chatcli_score(5, 0, 0.9))
 
 
 def test_it_is_idempotent_per_source_job():

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from lessons import retrieval
@@ -111,3 +113,32 @@ def test_the_tags_branch_compares_at_most_the_configured_number_of_candidate_tag
     assert {pk for pk, _ in retrieval.tag_branch("golang service on kubernetes", base, 5)} == {go.pk, k8s.pk}
     settings.RETRIEVAL_MAX_TAG_CANDIDATES = 1  # the task's first word only
     assert [pk for pk, _ in retrieval.tag_branch("golang service on kubernetes", base, 5)] == [go.pk]
+
+
+def test_the_tags_branch_reads_through_the_tags_index_and_puts_the_planner_back() -> None:
+    """With a bound, the planner may walk every row of the workspace filtering tags, betting that matches
+    come early; when none match (rare words as tags) that read the whole workspace (200,000 rows: ~1 s).
+    The branch's query is a bitmap scan, and the settings that make it so do not outlive it."""
+    from django.db import connection, transaction
+
+    ws = WorkspaceFactory(slug="tagged")
+    go = persist_lesson(situation="a", mistake="b", correction="c", tags=["golang"], trigger="e", workspace=ws).lesson
+    base = retrieval.Filters(workspace="tagged").apply(Lesson.objects.all())
+    plans: list[str] = []
+
+    def explain(execute, sql, params, many, context):
+        if '"tags" &&' in sql and not sql.startswith("EXPLAIN"):
+            context["cursor"].execute(f"EXPLAIN {sql}", params)
+            plans.append("\n".join(row[0] for row in context["cursor"].fetchall()))
+        return execute(sql, params, many, context)
+
+    with transaction.atomic(), connection.execute_wrapper(explain):
+        assert [pk for pk, _ in retrieval.tag_branch("golang w12345 zq999x", base, 5)] == [go.pk]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('enable_indexscan'), current_setting('enable_seqscan')")
+            assert cursor.fetchone() == ("on", "on")
+    (plan,) = plans
+    # A bitmap scan (its cost counts every match before the first row, so the bound buys no bet), never
+    # an ordered walk or a sequential scan of lessons that tests each row's tags.
+    scans = [line.strip() for line in plan.splitlines() if re.search(r"Scan on lessons_lesson\s", line)]
+    assert scans and all(line.startswith("->  Bitmap Heap Scan") for line in scans), plan
