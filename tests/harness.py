@@ -176,34 +176,13 @@ def pytest_configure(config: Any) -> None:
 
 
 def pytest_sessionstart(session: Any) -> None:
-    # Fast hashing for the users tests create: Django's PBKDF2 at 1,000,000 iterations cost ~0.3 s of CPU
-    # for every factory user. The same algorithm at 1,000 iterations: a PBKDF2 hash carries its iteration
-    # count, so the servers tests start (gunicorn, serve) verify these with their real, unchanged hashers.
+    # Fast hashing for the users tests create (tests/support/hashers.py); the processes tests start prefer
+    # the same hasher (tests/support/child_settings.py).
     if CONTROLLER:
         return
     from django.conf import settings
 
-    settings.PASSWORD_HASHERS = ["tests.harness.FastPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
-
-
-def _fast_hasher() -> type:
-    from django.contrib.auth.hashers import PBKDF2PasswordHasher
-
-    class Fast(PBKDF2PasswordHasher):
-        iterations = 1000
-
-        def must_update(self, encoded: str) -> bool:  # a test's login must not rehash at full cost
-            return False
-
-    return Fast
-
-
-def __getattr__(name: str) -> Any:
-    # Django imports the hasher by path once settings are loaded; the class is made then (this module
-    # loads before Django's settings, so it cannot import django.contrib.auth at import time).
-    if name == "FastPBKDF2PasswordHasher":
-        return _fast_hasher()
-    raise AttributeError(name)
+    settings.PASSWORD_HASHERS = ["tests.support.hashers.FastPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
 
 
 def record_built_database(config: Any) -> None:

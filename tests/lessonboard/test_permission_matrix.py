@@ -78,11 +78,18 @@ APIS = [e for e in ENDPOINTS if e.scope is not None]
 
 def row_counts() -> dict[str, int]:
     """Rows per table of every managed model: nothing a refused request does may change one."""
-    counts = {}
-    for model in apps.get_models():
-        if model._meta.managed and model._meta.label not in ("sessions.Session", "axes.AccessAttempt"):
-            counts[model._meta.label] = model._default_manager.count()
-    return counts
+    from django.db import connection
+
+    models = [
+        m
+        for m in apps.get_models()
+        if m._meta.managed and m._meta.label not in ("sessions.Session", "axes.AccessAttempt")
+    ]
+    # One round trip for every table (a COUNT per model was ~60 queries, twice per probed endpoint).
+    sql = " UNION ALL ".join(f"SELECT %s, count(*) FROM {connection.ops.quote_name(m._meta.db_table)}" for m in models)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [m._meta.label for m in models])
+        return dict(cursor.fetchall())
 
 
 def test_every_endpoint_declares_who_may_use_it() -> None:

@@ -40,7 +40,8 @@ def test_database_url() -> str:
 def subprocess_env(**overrides: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
-        DJANGO_SETTINGS_MODULE="lessonboard.settings",
+        # lessonboard's settings with the test users' hasher preferred (tests/support/child_settings.py)
+        DJANGO_SETTINGS_MODULE="tests.support.child_settings",
         DATABASE_URL=test_database_url(),
         LESSONBOARD_DATA_DIR=str(settings.DATA_DIR),
         LESSONBOARD_ENV_FILE="",
