@@ -979,9 +979,9 @@ VARS: tuple[Var, ...] = (
     Var(
         "LESSONBOARD_LESSONS_DOC2QUERY",
         "flag",
-        default=True,
+        default=False,
         section="lessons",
-        help='with an LLM configured, saving a lesson queues the LLM\'s "applies when" phrasings (queue `llm`), embedded with the lesson and shown on its page ([doc2query](lessons.md#doc2query))',
+        help='with an LLM configured, saving a lesson queues the LLM\'s "applies when" phrasings (queue `llm`), embedded with the lesson and shown on its page ([doc2query](lessons.md#doc2query)); off by default: a second LLM call per lesson, of unmeasured benefit',
     ),
     Var(
         "LESSONBOARD_RETRIEVAL_RRF_K",

@@ -1,7 +1,7 @@
 """doc2query: "applies when" phrasings of a lesson, written by the LLM at save time and embedded with it.
 
 A lesson states its situation generally; the next task names a concrete case in its own words. When an
-LLM is configured (and ``LESSONBOARD_LESSONS_DOC2QUERY`` is on, the default), saving a lesson whose
+LLM is configured (and ``LESSONBOARD_LESSONS_DOC2QUERY`` is turned on; it is off by default), saving a lesson whose
 text changed queues ``lessons.tasks.write_applies_when`` on the ``llm`` queue after the commit. The task
 asks the model, through the gateway (purpose ``doc2query``, the node's LLM slots), for a few short tasks
 this lesson applies to, stores them on the lesson with a digest of the text they were written for, and

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -27,10 +29,46 @@ from tests.support.processes import Gunicorn, subprocess_env
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 
+@pytest.fixture(scope="module")
+def module_server(
+    django_db_setup: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Gunicorn, Path, str]]:
+    """One gunicorn for the module (a start per test was half of this file's time): its own node name and
+    WAL folders, which each test takes over through ``queue_dir`` below. The database is flushed between
+    tests (``transaction=True``); the server keeps no workspace or lesson in memory across requests."""
+    base = tmp_path_factory.mktemp("mcp") / "lessonq"
+    for sub in ("wal", "dlq", "quarantine", "expired"):
+        (base / sub).mkdir(parents=True)
+    node = "q3" + uuid.uuid4().hex[:8]
+    server = Gunicorn(env=subprocess_env(LESSONQ_BASE_DIR=str(base), LESSONBOARD_NODE=node), workers=1)
+    try:
+        yield server.wait_ready(), base, node
+    finally:
+        server.stop()
+
+
 @pytest.fixture
-def web(queue_dir: Any, settings: Any, start_gunicorn: Callable[..., Gunicorn]) -> Gunicorn:
-    env = subprocess_env(LESSONQ_BASE_DIR=str(queue_dir), LESSONBOARD_NODE=settings.NODE)
-    return start_gunicorn(env=env, workers=1)
+def queue_dir(module_server: tuple[Gunicorn, Path, str], settings: Any) -> Path:
+    """The module server's WAL folders, emptied, and its node name as this test's (what tests/support's
+    ``queue_dir`` does for a folder of the test's own)."""
+    _, base, node = module_server
+    for sub in ("wal", "dlq", "quarantine", "expired"):
+        for leftover in (base / sub).iterdir():
+            leftover.unlink()
+    settings.LESSONQ_BASE_DIR = base
+    settings.NODE = node
+    settings.LESSONQ_QUEUE = f"lessonq.{node}"
+    settings.LESSONQ_INITIAL_DELAY = 0.05
+    settings.LESSONQ_JITTER = 0.0
+    settings.LESSONQ_REDISPATCH_AFTER = 1.0
+    return base
+
+
+@pytest.fixture
+def web(module_server: tuple[Gunicorn, Path, str], queue_dir: Path) -> Gunicorn:
+    server = module_server[0]
+    assert server.alive(), server.log()[-3000:]
+    return server
 
 
 def run(url: str, token: str, body: Callable[[ClientSession], Awaitable[Any]]) -> Any:
