@@ -7,7 +7,9 @@ import pytest
 from refine import runs
 from refine.models import AgentRefineMode, RefineRun, RunStatus
 from refine.refiner import Refiner
+from tests.fakes.openai_server import Reply
 from tests.support.clients import ApiClient
+from tests.support.queue import LESSON
 from tests.support.refine import ORIGINAL, PASS_1, PASS_2, ScriptedLLM, reply
 from tests.support.wait import wait_for
 
@@ -143,6 +145,7 @@ def test_a_run_that_ends_low_quality_queues_its_own_reflexion_job(
         reply(PASS_1, "- say --atomic\n- name the probes"),
         "I cannot help with deployments, but here are some general thoughts about clouds.",
     )
+    fake_openai.default = Reply(text=LESSON)  # the queued low_quality job's own call: a lesson
     # A task of its own: the session worker's WAL outlives the test database, and JobIDs are content-addressed.
     task = f"Explain the deploy {uuid.uuid4().hex[:8]}"
     response = api.post("/api/v1/refine", {"task": task, "draft": ORIGINAL, "agent": "coder", "max_passes": 3})
@@ -162,6 +165,13 @@ def test_a_run_that_ends_low_quality_queues_its_own_reflexion_job(
         {"task": task, "output": body["output"], "agent": "coder", "metadata": body["metadata"]},
     )
     assert again.json()["job_id"] == job.pk
+    # The session worker runs that job now: let it finish before the test's tables are flushed (a flush
+    # racing its writes deadlocked on CI's Redis pass).
+    wait_for(
+        lambda: Job.objects.get(pk=job.pk).state in ("succeeded", "skipped", "dead"),
+        timeout=60,
+        what="the low_quality job to finish",
+    )
 
 
 @pytest.mark.django_db
