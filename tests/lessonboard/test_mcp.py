@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from lessons.models import Lesson
 from lessons.review.models import Proposal
 from lessons.store import persist_lesson
 from tests.support.processes import Gunicorn, subprocess_env
+from tests.support.queue import QUEUE_FOLDERS, act_as_node, new_queue_folders
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -36,10 +36,7 @@ def module_server(
     """One gunicorn for the module (a start per test was half of this file's time): its own node name and
     WAL folders, which each test takes over through ``queue_dir`` below. The database is flushed between
     tests (``transaction=True``); the server keeps no workspace or lesson in memory across requests."""
-    base = tmp_path_factory.mktemp("mcp") / "lessonq"
-    for sub in ("wal", "dlq", "quarantine", "expired"):
-        (base / sub).mkdir(parents=True)
-    node = "q3" + uuid.uuid4().hex[:8]
+    base, node = new_queue_folders(tmp_path_factory.mktemp("mcp"))
     server = Gunicorn(env=subprocess_env(LESSONQ_BASE_DIR=str(base), LESSONBOARD_NODE=node), workers=1)
     try:
         yield server.wait_ready(), base, node
@@ -52,16 +49,10 @@ def queue_dir(module_server: tuple[Gunicorn, Path, str], settings: Any) -> Path:
     """The module server's WAL folders, emptied, and its node name as this test's (what tests/support's
     ``queue_dir`` does for a folder of the test's own)."""
     _, base, node = module_server
-    for sub in ("wal", "dlq", "quarantine", "expired"):
+    for sub in QUEUE_FOLDERS:
         for leftover in (base / sub).iterdir():
             leftover.unlink()
-    settings.LESSONQ_BASE_DIR = base
-    settings.NODE = node
-    settings.LESSONQ_QUEUE = f"lessonq.{node}"
-    settings.LESSONQ_INITIAL_DELAY = 0.05
-    settings.LESSONQ_JITTER = 0.0
-    settings.LESSONQ_REDISPATCH_AFTER = 1.0
-    return base
+    return act_as_node(settings, base, node)
 
 
 @pytest.fixture

@@ -23,13 +23,19 @@ from lessonq.wal import WalJob
 LESSON = "<situation>edit large file</situation><mistake>full rewrite</mistake><correction>use Edit</correction><tags>go, edit-file</tags>"
 
 
-@pytest.fixture
-def queue_dir(settings: Any, tmp_path: Path) -> Path:
-    """A fresh LESSONQ_BASE_DIR and a node name of its own (so no other worker takes our messages)."""
-    base = tmp_path / "lessonq"
-    for sub in ("wal", "dlq", "quarantine", "expired"):
+QUEUE_FOLDERS = ("wal", "dlq", "quarantine", "expired")
+
+
+def new_queue_folders(parent: Path) -> tuple[Path, str]:
+    """A LESSONQ_BASE_DIR under ``parent`` with its folders, and a node name of its own."""
+    base = parent / "lessonq"
+    for sub in QUEUE_FOLDERS:
         (base / sub).mkdir(parents=True)
-    node = "q3" + uuid.uuid4().hex[:8]
+    return base, "q3" + uuid.uuid4().hex[:8]
+
+
+def act_as_node(settings: Any, base: Path, node: str) -> Path:
+    """This test process is ``node`` with its WAL under ``base``, and retries come quickly."""
     settings.LESSONQ_BASE_DIR = base
     settings.NODE = node
     settings.LESSONQ_QUEUE = f"lessonq.{node}"
@@ -37,6 +43,12 @@ def queue_dir(settings: Any, tmp_path: Path) -> Path:
     settings.LESSONQ_JITTER = 0.0
     settings.LESSONQ_REDISPATCH_AFTER = 1.0
     return base
+
+
+@pytest.fixture
+def queue_dir(settings: Any, tmp_path: Path) -> Path:
+    """A fresh LESSONQ_BASE_DIR and a node name of its own (so no other worker takes our messages)."""
+    return act_as_node(settings, *new_queue_folders(tmp_path))
 
 
 _n = itertools.count()
