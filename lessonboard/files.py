@@ -26,18 +26,30 @@ def write_atomic(path: Path, data: bytes, *, mode: int) -> None:
     fsync the directory. A crash leaves the old file or the new one, never a torn one. Renaming over a
     symlink replaces the link itself, never its target."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _durable_temp(path, data, mode=mode)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def _durable_temp(path: Path, data: bytes, *, mode: int) -> Path:
+    """``data`` in a new temp file beside ``path`` (mode ``mode``), fsynced: what both atomic writes put in
+    place. Nothing is left behind when writing it fails."""
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(name)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    return tmp
 
 
 def create_atomic(path: Path, data: bytes, *, mode: int) -> bool:
@@ -45,18 +57,12 @@ def create_atomic(path: Path, data: bytes, *, mode: int) -> bool:
     ``path`` (which fails if another process made it first), fsync the directory. True when this call
     made the file; False when it was already there, whose content is then left as it is: two processes
     racing agree on the first one's file, and no reader ever sees a torn one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _durable_temp(path, data, mode=mode)
     try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
     fsync_dir(path.parent)
     return True
