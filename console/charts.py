@@ -31,28 +31,11 @@ WIDTH, HEIGHT, PAD_LEFT, PAD_BOTTOM, PAD_TOP = 360, 120, 30, 18, 8
 DEPTH_SAMPLES = 24  # points of the queue-depth line, whatever the window
 
 
-@dataclass(frozen=True)
-class Bar:
-    x: float
-    y: float
-    width: float
-    height: float
-    value: int
-    label: str  # the hour it counts, for the tooltip
+class PlotArea:
+    """Where a chart's plot sits inside its ``width`` × ``height`` box (the axes' room left and below)."""
 
-
-@dataclass(frozen=True)
-class BarChart:
-    title: str
-    css: str
-    bars: list[Bar]
-    total: int
-    peak: int
-    y_ticks: list[tuple[float, int]]
-    x_ticks: list[tuple[float, str]]
-    width: int = WIDTH
-    height: int = HEIGHT
-    line: str = ""  # a polyline instead of bars (queue depth)
+    width: int
+    height: int
 
     @property
     def plot_bottom(self) -> int:
@@ -65,6 +48,30 @@ class BarChart:
     @property
     def plot_right(self) -> int:
         return self.width
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    value: int
+    label: str  # the hour it counts, for the tooltip
+
+
+@dataclass(frozen=True)
+class BarChart(PlotArea):
+    title: str
+    css: str
+    bars: list[Bar]
+    total: int
+    peak: int
+    y_ticks: list[tuple[float, int]]
+    x_ticks: list[tuple[float, str]]
+    width: int = WIDTH
+    height: int = HEIGHT
+    line: str = ""  # a polyline instead of bars (queue depth)
 
 
 def _buckets(window: timedelta, now: datetime) -> list[datetime]:
@@ -179,7 +186,7 @@ class UsageSeries:
 
 
 @dataclass(frozen=True)
-class UsageChart:
+class UsageChart(PlotArea):
     """LLM tokens per hour, stacked by workspace and agent (the top USAGE_SERIES, then the rest), with the
     legend's tokens and cost over the window (lessonboard.llm.usage records every call)."""
 
@@ -192,18 +199,6 @@ class UsageChart:
     x_ticks: list[tuple[float, str]]
     width: int = WIDTH
     height: int = HEIGHT
-
-    @property
-    def plot_bottom(self) -> int:
-        return self.height - PAD_BOTTOM
-
-    @property
-    def plot_left(self) -> int:
-        return PAD_LEFT
-
-    @property
-    def plot_right(self) -> int:
-        return self.width
 
 
 USAGE_SERIES = 4  # workspace/agent pairs with a colour of their own; the rest stack as one
