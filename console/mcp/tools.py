@@ -44,7 +44,8 @@ success and a note, so lessonboard learns which lessons help. To change long-ter
 propose_memory: the workspace's gates apply it, reject it, or hold it for a person to approve. To read one
 lesson (by the id retrieve_lessons gave) and its versions, call get_lesson; to page through a workspace's
 lessons, list_lessons; to correct a lesson (a new version), update_lesson; to remove a wrong one (a
-tombstone that can be restored), forget_lesson."""
+tombstone that can be restored), forget_lesson; to make a lesson hold for every workspace (or take it back
+to its own), share_lesson."""
 
 server: MCPServer[Any] = MCPServer(
     name="lessonboard",
@@ -181,6 +182,20 @@ async def forget_lesson(
     reason: Annotated[str, Field(description="Why it is wrong or no longer applies.")] = "",
 ) -> dict[str, Any]:
     return await _call("lessons.api_views.delete_lesson", TokenScope.FULL, {"id": id, "reason": reason})
+
+
+@server.tool(
+    description=(
+        "Share a lesson by its id with every workspace (scope 'shared': each workspace's retrieve_lessons "
+        "finds it), or take it back to its own workspace (scope 'workspace'). Say why; it is audited."
+    )
+)
+async def share_lesson(
+    id: Annotated[int, Field(description="The lesson's id.", ge=1)],
+    scope: Annotated[str, Field(description="'shared' (team-wide) or 'workspace' (its own only).")] = "shared",
+    reason: Annotated[str, Field(description="Why it holds across workspaces, or no longer does.")] = "",
+) -> dict[str, Any]:
+    return await _call("lessons.api_views.scope_lesson", TokenScope.FULL, {"id": id, "scope": scope, "reason": reason})
 
 
 @server.tool(

@@ -461,3 +461,48 @@ def test_it_updates_and_forgets_a_lesson_within_the_tokens_workspace(web: Gunico
     }
     theirs.refresh_from_db()
     assert (theirs.status, theirs.correction, theirs.versions.count()) == ("active", "lock the period first", 1)
+
+
+def test_it_shares_a_lesson_with_every_workspace_and_takes_it_back(web: Gunicorn) -> None:
+    """share_lesson through the SDK client: a shared lesson is found from another workspace's bound token, taken
+    back it is not; that token cannot share the first workspace's lesson (404), and a bad scope names it."""
+    from lessonboard.models import AuditEvent
+
+    shop, _ = Workspace.objects.create(slug="shop"), Workspace.objects.create(slug="billing")
+    lesson = persist_lesson(
+        situation="rotating the kafka client certificates",
+        mistake="restarted every broker at once",
+        correction="rotate one broker at a time and wait for the ISR to recover",
+        tags=["kafka"],
+        trigger="manual",
+        workspace=shop,
+    ).lesson
+    own = issue_token("shop-agent", ["full"], workspaces=["shop"]).plaintext
+    other = issue_token("billing-agent", ["full"], workspaces=["billing"]).plaintext
+    task = {"task": "rotating the kafka client certificates", "workspace": "billing"}
+
+    async def refused(session: ClientSession) -> Any:
+        return await session.call_tool("share_lesson", {"id": lesson.pk, "reason": "mine now"})
+
+    async def share(session: ClientSession) -> Any:
+        bad = await session.call_tool("share_lesson", {"id": lesson.pk, "scope": "everyone"})
+        shared = await session.call_tool("share_lesson", {"id": lesson.pk, "reason": "holds for every service"})
+        return bad, shared
+
+    async def retrieve(session: ClientSession) -> Any:
+        return await session.call_tool("retrieve_lessons", task)
+
+    async def unshare(session: ClientSession) -> Any:
+        return await session.call_tool("share_lesson", {"id": lesson.pk, "scope": "workspace", "reason": "shop only"})
+
+    denied = run(web.url, other, refused)
+    assert denied.is_error and f"no lesson {lesson.pk} (argument: id)" in denied.content[0].text
+    assert structured(run(web.url, other, retrieve))["lessons"] == []
+    bad, shared = run(web.url, own, share)
+    assert bad.is_error and "argument: scope" in bad.content[0].text
+    assert structured(shared)["lesson"]["scope"] == "shared" and structured(shared)["changed"] is True
+    assert [hit["id"] for hit in structured(run(web.url, other, retrieve))["lessons"]] == [lesson.pk]
+    assert structured(run(web.url, own, unshare))["lesson"]["scope"] == "workspace"
+    assert structured(run(web.url, other, retrieve))["lessons"] == []
+    actions = AuditEvent.objects.filter(object_ids=[str(lesson.pk)]).values_list("action", flat=True)
+    assert sorted(actions) == ["lesson.share", "lesson.unshare"]
