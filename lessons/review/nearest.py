@@ -12,8 +12,10 @@ import logging
 import re
 from dataclasses import dataclass
 
+from django.db.models import Q
+
 from lessonboard.models import Workspace
-from lessons.models import Lesson, LessonStatus
+from lessons.models import Lesson, LessonScope, LessonStatus
 from lessons.review import memory
 
 logger = logging.getLogger(__name__)
@@ -72,16 +74,18 @@ def nearest(workspace: Workspace, text: str, *, limit: int = 3, floor: float = 0
 
 
 def candidate_lessons(workspace: Workspace, text: str, *, limit: int) -> list[Lesson]:
-    """The workspace's active lessons most like ``text`` by hybrid retrieval; if retrieval fails (say the
-    embedder cannot load), the most recently updated ones, so the review page still renders."""
+    """The active lessons the workspace's retrieve serves (its own and the shared tier, docs/lessons.md#scopes)
+    most like ``text`` by hybrid retrieval; if retrieval fails (say the embedder cannot load), the most
+    recently updated of them, so the review page still renders."""
     from lessons.embeddings import EmbeddingError
     from lessons.retrieval import Filters, search
 
     try:
         # No retrieval floor: a reviewer compares with the nearest lessons whatever their distance.
-        result = search(text, k=limit, filters=Filters(workspace=workspace.slug), floor=False)
+        result = search(text, k=limit, filters=Filters(workspace=workspace.slug, scope="all"), floor=False)
         return [hit.lesson for hit in result.hits]
     except EmbeddingError:
         logger.warning("nearest: retrieval unavailable, falling back to recent lessons", exc_info=True)
-        active = Lesson.objects.filter(status=LessonStatus.ACTIVE, workspace=workspace)
+        served = Q(workspace=workspace) | Q(scope=LessonScope.SHARED)
+        active = Lesson.objects.filter(served, status=LessonStatus.ACTIVE)
         return list(active.order_by("-updated_at")[:500])

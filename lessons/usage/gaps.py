@@ -99,7 +99,8 @@ def classify(
         if str(pk) in cache:
             nearest = [tuple(cache[str(pk)])] if cache[str(pk)] else []
         else:
-            base = retrieval.Filters(workspace=slug or "").apply(Lesson.objects.all())
+            # What that workspace's retrieve searches: its own lessons and the shared tier.
+            base = retrieval.Filters(workspace=slug or "", scope="all").apply(Lesson.objects.all())
             nearest = retrieval.vector_branch(vector, base, 1, provider.model_id)
         nearest_of[str(pk)] = list(nearest[0]) if nearest else None
         best = float(nearest[0][1]) if nearest else -1.0

@@ -10,7 +10,7 @@ import pytest
 
 from lessonboard.models import Workspace
 from lessons import retrieval, vectors
-from lessons.store import persist_lesson
+from lessons.store import persist_lesson, set_scope
 from lessons.usage import gaps, impact
 from lessons.usage.log import embed_task
 from lessons.usage.models import Retrieval
@@ -67,6 +67,18 @@ def test_a_gap_closes_when_a_lesson_of_its_workspace_would_now_be_served(api: Ap
     assert [
         h["id"] for h in api.post("/api/v1/lessons/retrieve", {"task": ON_TOPIC, "workspace": "shop"}).json()["lessons"]
     ][:1] == [answer.pk]
+
+
+def test_a_shared_lesson_of_another_workspace_closes_the_gap_as_retrieve_serves_it(api: ApiClient) -> None:
+    """docs/lessons.md#scopes: a workspace's retrieve searches its own lessons and the shared tier."""
+    pk = ask(api, ON_TOPIC, "shop")
+    theirs = lesson("billing", CACHE, ["cache"])
+    assert ON_TOPIC in open_tasks("shop")
+    set_scope(theirs, "shared", actor="test")
+    assert ON_TOPIC not in open_tasks("shop")
+    assert Retrieval.objects.get(pk=pk).gap_answered_by_id == theirs.pk
+    served = api.post("/api/v1/lessons/retrieve", {"task": ON_TOPIC, "workspace": "shop"}).json()["lessons"]
+    assert [h["id"] for h in served][:1] == [theirs.pk]
 
 
 def test_an_off_domain_task_is_told_apart_from_a_real_gap(api: ApiClient, client_as: Any, carol: Any) -> None:
