@@ -230,6 +230,7 @@ class VersionAction(models.TextChoices):
     DELETE = "delete", "deleted"
     SHARE = "share", "shared"
     UNSHARE = "unshare", "unshared"
+    MOVE = "move", "moved to another workspace"  # only migrations move a lesson (lessons 0017)
 
 
 class LessonVersion(models.Model):

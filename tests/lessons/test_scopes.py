@@ -279,7 +279,7 @@ def test_a_lesson_from_a_dead_job_is_found_by_an_agent_retrieving_in_the_jobs_wo
     assert ids(bound("shop").post(RETRIEVE, {"task": "migrate the orders table", "workspace": "shop"})) == [lesson.pk]
 
 
-def test_the_migration_moves_a_refine_lesson_from_the_proposal_workspace_to_its_runs(bob: Any) -> None:
+def test_the_migrations_move_a_refine_lesson_to_its_runs_workspace_and_write_the_move_in_its_history(bob: Any) -> None:
     import importlib
 
     from django.apps import apps
@@ -314,3 +314,16 @@ def test_the_migration_moves_a_refine_lesson_from_the_proposal_workspace_to_its_
     moved = Lesson.objects.get(correction="quote the invoice number")
     kept = Lesson.objects.get(correction="quote the order number")
     assert (moved.workspace, kept.workspace) == (billing, fallback)
+
+    # lessons 0017 writes the move into the moved lesson's history, once, however often it runs.
+    history = importlib.import_module("lessons.migrations.0017_move_version")
+    before = {lesson.pk: list(lesson.versions.values_list("number", "action")) for lesson in (moved, kept)}
+    for _ in range(2):
+        history.forwards(apps, None)
+    after = list(moved.versions.order_by("number").values_list("number", "action", "actor", "reason", "snapshot"))
+    assert [row[:2] for row in after[:-1]] == sorted(before[moved.pk])
+    number, action, actor, reason, snapshot = after[-1]
+    assert (number, action, actor) == (len(before[moved.pk]) + 1, "move", "system")
+    assert "from workspace refine to billing" in reason and "refine 0005" in reason
+    assert snapshot == moved.snapshot()
+    assert list(kept.versions.values_list("number", "action")) == before[kept.pk]  # not moved: unchanged
