@@ -17,11 +17,15 @@ the workspace does (its nearest lesson, and the tasks it retrieved lessons for),
 The groups are a maintained view (docs/api.md#limits): ``refresh()`` computes them into a
 ``DerivedState`` row, run by beat (``LESSONBOARD_DERIVED_REFRESH_INTERVAL``) and soon after the embed
 worker stores a gap's vector; ``dismiss`` takes the closed tasks out of the row at once. Pages read the
-row (``open_gap_groups``) and never group.
+row (``open_gap_groups``) and never group. One refresh at a time (an advisory lock), and it writes under
+the row's lock that ``dismiss`` takes, leaving out gaps closed since it read them.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -29,7 +33,7 @@ from urllib.parse import urlencode
 
 import numpy as np
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Max
 from django.urls import reverse
 from django.utils import timezone
@@ -238,19 +242,66 @@ def _inputs() -> list[Any]:
 
 def refresh(*, force: bool = False) -> int:
     """Group the open gaps into the maintained row (skipped while its inputs are unchanged); the number of
-    groups."""
-    inputs = _inputs()
-    data = DerivedState.read(SNAPSHOT)
-    if not force and data and data.get("inputs") == inputs:
-        return len(data.get("groups", []))
-    store = inputs[5:7]  # the lesson store's state: while it is unchanged, each gap's nearest lesson is too
-    cache = data.get("nearest") if data and data.get("store") == store else None
-    groups, nearest = _grouped(close=True, nearest_cache=cache)
-    inputs = _inputs()  # closing gaps changed them
-    DerivedState.write(
-        SNAPSHOT, {"groups": [_dump(g) for g in groups], "inputs": inputs, "store": store, "nearest": nearest}
-    )
-    return len(groups)
+    groups. One refresh at a time across every process: while another holds the lock (a beat run that
+    outlasts its interval, a ``refresh_soon`` beside it), this one returns the row's count at once rather
+    than repeat the same work."""
+    with _alone() as alone:
+        if not alone:
+            data = DerivedState.read(SNAPSHOT)
+            return len(data.get("groups", [])) if data else 0
+        inputs = _inputs()
+        data = DerivedState.read(SNAPSHOT)
+        if not force and data and data.get("inputs") == inputs:
+            return len(data.get("groups", []))
+        store = inputs[5:7]  # the lesson store's state: while it is unchanged, each gap's nearest lesson is too
+        cache = data.get("nearest") if data and data.get("store") == store else None
+        groups, nearest = _grouped(close=True, nearest_cache=cache)
+        return _store(groups, nearest, store)
+
+
+# The advisory lock ``refresh`` holds (a PostgreSQL session lock: a process that dies lets it go).
+REFRESH_LOCK = int.from_bytes(hashlib.sha256(SNAPSHOT.encode()).digest()[:8], "big", signed=True)
+
+
+@contextmanager
+def _alone() -> Iterator[bool]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [REFRESH_LOCK])
+        held = bool(cursor.fetchone()[0])
+    try:
+        yield held
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [REFRESH_LOCK])
+
+
+def _store(groups: list[GapGroup], nearest: dict[str, Any], store: list[Any]) -> int:
+    """Write computed groups, less the gaps closed while they were computed (a person's ``dismiss``): under
+    the row's lock, which ``dismiss`` takes too, so neither write undoes the other. The number of groups."""
+    raw = [_dump(group) for group in groups]
+    with transaction.atomic():
+        DerivedState.objects.select_for_update().filter(pk=SNAPSHOT).first()
+        listed = [pk for group in raw for pk in group["ids"]]
+        still_open = set(Retrieval.objects.gaps().filter(pk__in=listed).values_list("pk", flat=True))
+        raw = _without(raw, set(listed) - still_open)
+        inputs = _inputs()  # closing gaps changed them
+        DerivedState.write(SNAPSHOT, {"groups": raw, "inputs": inputs, "store": store, "nearest": nearest})
+    return len(raw)
+
+
+def _without(raw_groups: list[dict[str, Any]], gone: set[int]) -> list[dict[str, Any]]:
+    """Stored groups without the ``gone`` gaps (a group left empty goes), biggest first again."""
+    if not gone:
+        return raw_groups
+    kept = []
+    for raw in raw_groups:
+        members = raw.get("members") or [""] * len(raw["ids"])
+        pairs = [(pk, slug) for pk, slug in zip(raw["ids"], members, strict=True) if pk not in gone]
+        if pairs:
+            kept.append({**raw, "ids": [pk for pk, _ in pairs], "members": [slug for _, slug in pairs]})
+    kept.sort(key=lambda g: (-len(g["ids"]), -datetime.fromisoformat(g["newest"]).timestamp()))
+    return kept
 
 
 def refresh_soon() -> None:
@@ -289,15 +340,7 @@ def dismiss(ids: list[int]) -> int:
         closed = Retrieval.objects.gaps().filter(pk__in=ids).update(gap_dismissed_at=timezone.now())
         row = DerivedState.objects.select_for_update().filter(pk=SNAPSHOT).first()
         if row is not None and closed:
-            gone = set(ids)
-            kept = []
-            for raw in row.data.get("groups", []):
-                members = raw.get("members") or [""] * len(raw["ids"])
-                pairs = [(pk, slug) for pk, slug in zip(raw["ids"], members, strict=True) if pk not in gone]
-                if pairs:
-                    kept.append({**raw, "ids": [pk for pk, _ in pairs], "members": [slug for _, slug in pairs]})
-            kept.sort(key=lambda g: (-len(g["ids"]), -datetime.fromisoformat(g["newest"]).timestamp()))
-            row.data = {**row.data, "groups": kept}
+            row.data = {**row.data, "groups": _without(row.data.get("groups", []), set(ids))}
             row.save(update_fields=["data"])
     return closed
 

@@ -208,6 +208,38 @@ def test_gaps_without_vectors_group_by_identical_text(api: ApiClient) -> None:
     assert gaps.open_gap_groups(workspace="another-project") == []
 
 
+def test_a_refresh_while_another_runs_leaves_the_row_to_it(api: ApiClient) -> None:
+    """Overlapping refreshes (a beat run longer than its interval) do not repeat the work: the one that
+    finds the advisory lock taken returns the row's count and writes nothing."""
+    import psycopg
+    from django.db import connection
+
+    from lessonboard.models import DerivedState
+
+    retrieve(api, "rotate the TLS certificates", workspace="empty-project")
+    assert gaps.refresh() == 1
+    retrieve(api, "translate the onboarding emails", workspace="empty-project")  # an input changed
+    written = DerivedState.objects.get(pk=gaps.SNAPSHOT).computed_at
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:  # another process
+        assert other.execute("SELECT pg_try_advisory_lock(%s)", [gaps.REFRESH_LOCK]).fetchone() == (True,)
+        assert gaps.refresh(force=True) == 1
+        assert DerivedState.objects.get(pk=gaps.SNAPSHOT).computed_at == written
+    assert gaps.refresh() == 2  # the lock went with that process's session
+
+
+def test_a_gap_dismissed_while_the_groups_were_computed_stays_dismissed(api: ApiClient) -> None:
+    """refresh computes, then writes under the row's lock that dismiss takes: a gap a person closed in
+    between is not written back into the groups (docs/api.md#limits)."""
+    first = retrieve(api, "rotate the TLS certificates", workspace="empty-project")["retrieval_id"]
+    second = retrieve(api, "translate the onboarding emails", workspace="empty-project")["retrieval_id"]
+    groups, nearest = gaps._grouped(close=True)  # the refresh's computation, before its write
+    assert sorted(g.count for g in groups) == [1, 1]
+    assert gaps.dismiss([first]) == 1  # meanwhile, a reviewer dismisses one
+    assert gaps._store(groups, nearest, []) == 1
+    assert [g.ids for g in gaps.open_gap_groups()] == [[second]]
+    assert gaps.refresh() == 1  # and the inputs it stored are the current ones: nothing stale to redo
+
+
 def test_retention_deletes_old_retrievals_and_keeps_counts(api: ApiClient, settings: Any) -> None:
     settings.RETRIEVAL_LOG_RETENTION = 86400.0
     helm = lesson("deploying with helm", "pass --atomic")
