@@ -20,6 +20,28 @@
       document.body.dispatchEvent(new CustomEvent("visible-again", { bubbles: false }));
     }
   });
+  // Filter forms (hx-push-url) ask on submit and on change, and Enter in a text field fires both; the
+  // field's change also fires when it loses focus — say, to a click on a result the filter has just
+  // found. A second answer for the same filter would swap the results and push the same address under
+  // that click's navigation, which can lose the click. So a form does not ask for the filter it is
+  // already asking for, nor, on a change, for the one the address already shows.
+  var asking = new WeakMap();
+  document.addEventListener("htmx:confirm", function (evt) {
+    var form = evt.target;
+    if (!(form instanceof HTMLFormElement) || !form.hasAttribute("hx-push-url")) { return; }
+    var trigger = evt.detail && evt.detail.triggeringEvent;
+    var asked = new URLSearchParams(new FormData(form)).toString();
+    var shown = new URLSearchParams(window.location.search).toString();
+    if (asked === asking.get(form) || (trigger && trigger.type === "change" && asked === shown)) {
+      evt.preventDefault();
+      return;
+    }
+    asking.set(form, asked);
+  });
+  document.addEventListener("htmx:afterRequest", function (evt) {
+    var form = evt.detail && evt.detail.elt;
+    if (form instanceof HTMLFormElement) { asking.delete(form); }
+  });
   // The nav collapses to a menu button on narrow screens (static/css/app.css): the button opens it.
   document.addEventListener("click", function (evt) {
     var toggle = evt.target instanceof Element && evt.target.closest("#menu-toggle");

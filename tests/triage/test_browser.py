@@ -100,3 +100,31 @@ def test_it_drives_the_dead_tab_from_the_keyboard(
     assert Job.objects.get(pk=first.id).state == JobState.PENDING
     page.keyboard.press("/")
     assert page.evaluate("document.activeElement.hasAttribute('data-search')")
+
+
+def test_leaving_a_searched_field_does_not_ask_for_the_shown_filter_again(
+    page: Any, live_server: Any, login: Any, jobs: Any, queue_dir: Any
+) -> None:
+    """static/js/app.js: the search field's change on blur (a click on a result does it first) would ask
+    for the filter already shown, swap the results and push the same address under the click's
+    navigation; only a change that changes the filter is sent."""
+    UserFactory(username="alice", role="operator")
+    wiki = jobs(task="index the wiki", error="permanent: wiki index missing")
+    jobs(task="spam the channel", error="permanent: refused")
+    login(page, "alice")
+    asked: list[str] = []
+    page.on(
+        "request",
+        lambda r: asked.append(r.url) if r.resource_type in ("xhr", "fetch") and "/queue/?" in r.url else None,
+    )
+    page.goto(f"{live_server.url}/queue/?tab=dead")
+    page.fill("input[data-search]", "wiki")
+    page.press("input[data-search]", "Enter")
+    page.wait_for_url(re.compile(r"q=wiki"))
+    expect(page.locator("#results tr[data-job]")).to_have_count(1)
+    page.locator("input[data-search]").blur()  # what the click's mousedown does first
+    page.select_option("#id_sort", "oldest")  # a real change: sent (requests go out in event order)
+    page.wait_for_url(re.compile(r"sort=oldest"))
+    assert [("q=wiki" in url, "sort=oldest" in url) for url in asked] == [(True, False), (True, True)]
+    page.click(f"#results a[href='/queue/jobs/{wiki.id}/']")  # the click the duplicate could lose
+    page.wait_for_url(f"**/queue/jobs/{wiki.id}/")
