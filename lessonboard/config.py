@@ -38,6 +38,7 @@ FOREIGN_SETTINGS = frozenset(
         "AXES_COOLOFF_TIME",
         "CELERY_WORKER_MAX_TASKS_PER_CHILD",
         "CELERY_WORKER_MAX_MEMORY_PER_CHILD",
+        "CELERY_WORKER_LOST_WAIT",
         "DATABASES",
         "CELERY_BROKER_TRANSPORT_OPTIONS",
         "LLM_API_KEY",
@@ -541,6 +542,15 @@ VARS: tuple[Var, ...] = (
         section="processes",
         help="a Celery prefork child whose resident size passes this (MiB) is replaced after its task",
         setting="CELERY_WORKER_MAX_MEMORY_PER_CHILD",
+    ),
+    Var(
+        "LESSONBOARD_WORKER_LOST_WAIT",
+        "duration",
+        default=2.0,
+        minimum=0.1,
+        section="processes",
+        help="after a prefork child dies mid-task (killed, crashed), how long its worker waits before it gives the task's message back to the broker; the child's slot stays taken until then (Celery's default is 10 s; the queue's own records decide what runs again, so a short wait only brings the job back sooner: [crash safety](queue.md#crash-safety))",
+        setting="CELERY_WORKER_LOST_WAIT",
     ),
     Var(
         "LESSONBOARD_REFINE_API_MAX_WAITERS",

@@ -354,6 +354,9 @@ WEB_MAX_REQUESTS_JITTER = cfg("LESSONBOARD_WEB_MAX_REQUESTS_JITTER")
 # resident size (MiB): the embedding model and 15 MiB payloads pass through them.
 CELERY_WORKER_MAX_TASKS_PER_CHILD = cfg("LESSONBOARD_WORKER_MAX_TASKS_PER_CHILD")
 CELERY_WORKER_MAX_MEMORY_PER_CHILD = 1024 * cfg("LESSONBOARD_WORKER_MAX_MEMORY_MB")  # KiB
+# After a child dies mid-task its message (acks late, rejected on worker lost) goes back to the broker only
+# after this wait, and with one prefetched message per slot the slot is blocked until then.
+CELERY_WORKER_LOST_WAIT = cfg("LESSONBOARD_WORKER_LOST_WAIT")
 # How many POST /api/v1/refine requests per web process may wait for their run at once (the rest get 202
 # and a URL to poll straight away): a waiting request holds a thread.
 REFINE_API_MAX_WAITERS = cfg("LESSONBOARD_REFINE_API_MAX_WAITERS")

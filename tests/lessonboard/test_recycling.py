@@ -33,6 +33,12 @@ def test_celery_children_recycle_by_task_count_and_resident_size(settings: Any) 
     assert app.conf.worker_max_memory_per_child == 1536 * 1024  # KiB, as Celery counts
 
 
+def test_a_dead_childs_task_goes_back_to_the_broker_after_the_configured_wait(settings: Any) -> None:
+    """docs/queue.md#crash-safety: 2 s, not Celery's 10 s, while the dead child's slot stays blocked."""
+    assert app.conf.worker_lost_wait == settings.CELERY_WORKER_LOST_WAIT == 2.0
+    assert app.conf.task_acks_late and app.conf.task_reject_on_worker_lost
+
+
 def test_serve_gives_the_web_a_fixed_mmap_threshold_unless_the_environment_says() -> None:
     assert serve.WEB_ALLOCATOR_ENV == {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "1048576"}
 
