@@ -2,6 +2,7 @@
 
 import pytest
 
+from lessonboard import overview
 from lessons import vectors
 from lessons.models import Lesson, LessonStatus
 from lessons.store import edit_lesson, persist_lesson
@@ -137,6 +138,42 @@ def test_it_lets_a_reviewer_edit_archive_restore_and_merge(client_as, bob, lesso
 def test_it_counts_lessons_on_the_overview(client_as, carol, lesson):
     html = client_as(carol).get("/").content.decode()
     assert "Active lessons" in html and 'href="/lessons/"' in html
+
+
+def test_the_overview_counts_lessons_in_one_statement_shared_by_every_viewer(client_as, carol, bob):
+    """docs/operations.md#operator-pages: one aggregate, cached for LESSONQ_COUNTS_TTL; tombstones are not
+    counted as archived."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from lessons import overview as lesson_overview
+
+    texts = [
+        ("deploying on a Friday", "deploy early in the week"),
+        ("rotating database passwords", "rotate them through the secret store"),
+        ("editing a large file", "apply small patches"),
+        ("pinning dependencies", "pin exact versions in the lock file"),
+    ]
+    made = [persist_lesson(situation=s, mistake="", correction=c, tags=[], trigger="manual").lesson for s, c in texts]
+    assert len({lesson.pk for lesson in made}) == 4
+    Lesson.objects.filter(pk=made[1].pk).update(status=LessonStatus.ARCHIVED)
+    Lesson.objects.filter(pk=made[2].pk).update(status=LessonStatus.DELETED)
+    lesson_overview.forget()
+    with CaptureQueriesContext(connection) as seen:
+        client_as(carol).get("/")
+        client_as(bob).get("/")  # a second viewer within the TTL
+    counted = [  # the charts' per-hour series (GROUP BY, cached on their own) aside
+        q["sql"] for q in seen.captured_queries if 'FROM "lessons_lesson"' in q["sql"] and "COUNT(" in q["sql"]
+    ]
+    counted = [sql for sql in counted if "GROUP BY" not in sql]
+    assert len(counted) == 1, counted
+    assert lesson_overview.lesson_counts() == {"active": 2, "retired": 1, "unembedded": 2}
+    groups = dict(overview.collect())
+    assert dict((label, value) for label, value, _ in groups["Lessons"]) == {
+        "Active lessons": 2,
+        "Archived or superseded": 1,
+        "Active lessons waiting for a vector": 2,
+    }
 
 
 def test_it_lists_shows_and_archives_lessons_in_the_admin(client_as, admin_user, lesson):
