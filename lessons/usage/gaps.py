@@ -280,6 +280,8 @@ def _store(groups: list[GapGroup], nearest: dict[str, Any], store: list[Any]) ->
     """Write computed groups, less the gaps closed while they were computed (a person's ``dismiss``): under
     the row's lock, which ``dismiss`` takes too, so neither write undoes the other. The number of groups."""
     raw = [_dump(group) for group in groups]
+    # The first refresh ever has no row to lock yet: an empty one first (read as "not refreshed yet").
+    DerivedState.objects.get_or_create(pk=SNAPSHOT)
     with transaction.atomic():
         DerivedState.objects.select_for_update().filter(pk=SNAPSHOT).first()
         listed = [pk for group in raw for pk in group["ids"]]
@@ -327,10 +329,6 @@ def open_gap_groups(*, workspace: str = "") -> list[GapGroup]:
     if workspace:
         groups.sort(key=lambda g: (-g.count, -g.newest.timestamp()))
     return groups
-
-
-def maintained_at() -> datetime | None:
-    return DerivedState.objects.filter(pk=SNAPSHOT).values_list("computed_at", flat=True).first()
 
 
 def dismiss(ids: list[int]) -> int:
