@@ -151,15 +151,21 @@ def fake_openai(fake_openai_server: FakeOpenAIServer, settings: Any) -> Iterator
 
 # --- the test database ----------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: Any, pytestconfig: pytest.Config) -> Iterator[None]:
+def django_db_setup(django_db_setup: Any, django_db_blocker: Any, pytestconfig: pytest.Config) -> Iterator[None]:
     """pytest-django's, and before the test database is dropped, the connections of the query-embedding
     threads closed: ``lessons.retrieval`` embeds queries in a pool whose threads keep connections of their
     own (the gateway reads the LLM breaker there), which would otherwise hold the database open.
 
-    The database it built is stamped with the migrations it came from, so the next run reuses it."""
+    The database it built is stamped with the migrations it came from, so the next run reuses it. A reused
+    one is flushed first, as a transactional test leaves it: a process of the last run that wrote after its
+    last flush (a worker renewing its node lease on the way out) leaves rows no test of this run expects."""
+    from django.core.management import call_command
+
     from tests import harness
 
-    harness.record_built_database(pytestconfig)
+    if not harness.record_built_database(pytestconfig):
+        with django_db_blocker.unblock():
+            call_command("flush", interactive=False, verbosity=0)
     yield
     from lessons import retrieval
 

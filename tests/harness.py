@@ -185,10 +185,13 @@ def pytest_sessionstart(session: Any) -> None:
     settings.PASSWORD_HASHERS = ["tests.support.hashers.FastPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
 
 
-def record_built_database(config: Any) -> None:
-    """Called once the test database exists (tests/conftest.py's ``django_db_setup``): stamp it."""
+def record_built_database(config: Any) -> bool:
+    """Called once the test database exists (tests/conftest.py's ``django_db_setup``): stamp it if this run
+    built it. True when it did, False when it reuses the last run's."""
     wanted = getattr(config, "_lessonboard_stamp", None)
     if wanted:
         _STAMP.parent.mkdir(parents=True, exist_ok=True)
         _STAMP.write_text(wanted + "\n")
         config._lessonboard_stamp = None
+        return True
+    return bool(config.option.create_db)
