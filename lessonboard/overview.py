@@ -3,7 +3,7 @@ from their ``AppConfig.ready()``; each callable returns the number to show and m
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -45,6 +45,12 @@ SECTIONS: list[Count] = [
     # Children of `serve` (web, worker, beat) that exited and wait for their restart: /readyz says which.
     Count("Platform", "serve processes down (restarting)", lambda: len(down_children()), "readyz"),
 ]
+
+
+def add(counts: Iterable[Count]) -> None:
+    """Append an app's counts to ``SECTIONS``, each once however often its ``ready()`` runs."""
+    known = {(c.group, c.label) for c in SECTIONS}
+    SECTIONS.extend(c for c in counts if (c.group, c.label) not in known)
 
 
 def collect() -> list[tuple[str, list[tuple[str, int, str | None]]]]:

@@ -37,8 +37,8 @@ def forwards(apps, schema_editor):
         match = ORIGIN.match(proposal.run.summary or "")
         if not match:
             continue
-        run = RefineRun.objects.filter(pk=int(match.group(1)), workspace__isnull=False).select_related("workspace")
-        run = run.first()
+        runs = RefineRun.objects.filter(pk=int(match.group(1)), workspace__isnull=False).select_related("workspace")
+        run = runs.first()
         if run is None or run.workspace_id == proposal.workspace_id:
             continue
         lesson = Lesson.objects.filter(pk=proposal.lesson_ref_id, workspace_id=run.workspace_id).first()

@@ -24,5 +24,4 @@ def counts() -> list[overview.Count]:
 
 
 def register() -> None:
-    known = {(c.group, c.label) for c in overview.SECTIONS}
-    overview.SECTIONS.extend(c for c in counts() if (c.group, c.label) not in known)
+    overview.add(counts())
