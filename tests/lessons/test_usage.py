@@ -222,8 +222,14 @@ def test_a_refresh_while_another_runs_leaves_the_row_to_it(api: ApiClient) -> No
     written = DerivedState.objects.get(pk=gaps.SNAPSHOT).computed_at
     with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:  # another process
         assert other.execute("SELECT pg_try_advisory_lock(%s)", [gaps.REFRESH_LOCK]).fetchone() == (True,)
+        pid = other.execute("SELECT pg_backend_pid()").fetchone()[0]
         assert gaps.refresh(force=True) == 1
         assert DerivedState.objects.get(pk=gaps.SNAPSHOT).computed_at == written
+        # That process dies. Its server session ends after the client has gone, not with it: wait until it
+        # has (pg_terminate_backend's timeout), or the next refresh can still find the lock taken.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s, 30000)", [pid])
+            assert cursor.fetchone() == (True,)
     assert gaps.refresh() == 2  # the lock went with that process's session
 
 
