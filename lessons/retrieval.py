@@ -542,9 +542,20 @@ def branches_agree(vector_rows: list[tuple[int, float]], text_rows: list[tuple[i
 VECTOR_EXACT_BELOW = 1000
 
 
-def vector_branch(vector: Any, base: Any, depth: int, model_id: str) -> list[tuple[int, float]]:
-    candidates = base.filter(embedding__isnull=False, embedding_model=model_id)
-    few = list(candidates.order_by().values_list("id", flat=True)[: VECTOR_EXACT_BELOW + 1])
+def vector_candidates(base: Any, model_id: str) -> list[int]:
+    """The ids of ``base`` with a vector of this model, if at most ``VECTOR_EXACT_BELOW`` (ranked exactly);
+    else more than that many (one more: the HNSW index is walked)."""
+    with_vector = base.filter(embedding__isnull=False, embedding_model=model_id)
+    return list(with_vector.order_by().values_list("id", flat=True)[: VECTOR_EXACT_BELOW + 1])
+
+
+def vector_branch(
+    vector: Any, base: Any, depth: int, model_id: str, *, few: list[int] | None = None
+) -> list[tuple[int, float]]:
+    """The ``depth`` lessons of ``base`` nearest to ``vector`` (``[(id, cosine)]``, best first). ``few``: what
+    ``vector_candidates`` gives for the same ``base`` and model, when the caller searches it many times."""
+    if few is None:
+        few = vector_candidates(base, model_id)
     if len(few) <= VECTOR_EXACT_BELOW:
         # "+ 0": an ORDER BY the HNSW index cannot serve, so the planner reads the rows by primary key.
         distance = CosineDistance("embedding", list(map(float, vector))) + Value(0.0)

@@ -18,7 +18,10 @@ The groups are a maintained view (docs/api.md#limits): ``refresh()`` computes th
 ``DerivedState`` row, run by beat (``LESSONBOARD_DERIVED_REFRESH_INTERVAL``) and soon after the embed
 worker stores a gap's vector; ``dismiss`` takes the closed tasks out of the row at once. Pages read the
 row (``open_gap_groups``) and never group. One refresh at a time (an advisory lock), and it writes under
-the row's lock that ``dismiss`` takes, leaving out gaps closed since it read them.
+the row's lock that ``dismiss`` takes, leaving out gaps closed since it read them. Each gap's nearest
+lesson is kept in the row: a refresh searches the store only for new gaps and for gaps whose nearest lesson
+changed or went, and compares the lessons changed since the last refresh with every other gap (``Known``,
+``classify``), with a full pass at least every ``FULL_PASS_EVERY``.
 """
 
 from __future__ import annotations
@@ -27,14 +30,14 @@ import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
 import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -77,14 +80,53 @@ def _domain_vectors(slug: str, model_id: str) -> np.ndarray | None:
     return np.stack([_unit(np.asarray(v, dtype=np.float32)) for v in rows]) if rows else None
 
 
+# What a refresh keeps between runs to avoid searching the store again for every open gap (``Known``):
+# - ``CHANGE_LAG``: lessons changed up to this long before the last refresh began are looked at again, so a
+#   change whose transaction committed a while after its timestamp (or a vector stored after its text was
+#   read) is not missed;
+# - ``FULL_PASS_EVERY``: at most this long between two refreshes that search every gap afresh, whatever the
+#   log of changes says (a workspace renamed, a change older than the lag);
+# - ``INCREMENTAL_MAX``: with more changed lessons than this (a re-embed, a big import) the refresh searches
+#   every gap instead of comparing each with every changed lesson.
+CHANGE_LAG = timedelta(minutes=10)
+FULL_PASS_EVERY = timedelta(hours=1)
+INCREMENTAL_MAX = 10_000
+SAME_SIMILARITY = 1e-5  # numpy's float32 cosine against pgvector's, for the same two vectors
+
+
+@dataclass
+class Known:
+    """The last refresh's nearest lesson per gap (``gap id → [lesson id, similarity]`` or ``None``) and when
+    that refresh began: valid for every lesson not changed since, under the same embedding model."""
+
+    nearest: dict[str, Any]
+    since: datetime
+
+
+def _changed_lessons(since: datetime) -> set[int] | None:
+    """Lessons added, edited, archived, moved, shared or embedded since ``since`` (less ``CHANGE_LAG``), the
+    tombstones included; ``None`` when there are more than ``INCREMENTAL_MAX``."""
+    from lessons.models import Lesson
+
+    after = since - CHANGE_LAG
+    ids = list(
+        Lesson.objects.filter(Q(updated_at__gt=after) | Q(embedded_at__gt=after))
+        .order_by()
+        .values_list("id", flat=True)[: INCREMENTAL_MAX + 1]
+    )
+    return set(ids) if len(ids) <= INCREMENTAL_MAX else None
+
+
 def classify(
-    window: list[tuple[Any, ...]], nearest_cache: dict[str, Any] | None = None
+    window: list[tuple[Any, ...]], known: Known | None = None
 ) -> tuple[dict[int, int], set[int], dict[str, Any]]:
     """``(answered, off_domain, nearest)`` for the window's gaps with a vector of the current model: the gaps
     a lesson would now be served for (gap id → lesson id), the off-domain ones (module docstring), and each
-    gap's nearest lesson ``[id, similarity]``. ``nearest_cache``: the last refresh's ``nearest``, valid
-    while the lesson store has not changed — a refresh that only saw new gaps or served tasks runs the
-    nearest-lesson search for the new gaps only."""
+    gap's nearest lesson ``[id, similarity]``.
+
+    ``known``: the last refresh's nearest lessons. A gap it covers is searched again only when its nearest
+    lesson has changed or gone since; otherwise its nearest lesson is the known one or a better one among
+    the lessons that changed since (exact cosine over those few). A new gap is searched."""
     from lessons import embeddings, retrieval
     from lessons.models import Lesson
 
@@ -94,25 +136,58 @@ def classify(
     nearest_of: dict[str, Any] = {}
     if provider is None:
         return answered, off, nearest_of
-    cache = nearest_cache or {}
+    model_id = provider.model_id
+    rows = [row for row in window if row[5] is not None and row[6] == model_id]
+    changed = _changed_lessons(known.since) if known else None
+    cache = known.nearest if known and changed is not None else {}
+    cached_ids = {entry[0] for entry in cache.values() if entry}
+    present = set(Lesson.objects.filter(pk__in=cached_ids).values_list("pk", flat=True)) if cached_ids else set()
+    gone = cached_ids - present
+    # The changed lessons each workspace's retrieve would search (its own and the shared tier): their ids,
+    # unit vectors, and each id's row.
+    fresh: dict[str, tuple[list[int], dict[int, int], np.ndarray]] = {}
+
+    def changed_for(slug: str) -> tuple[list[int], dict[int, int], np.ndarray]:
+        if slug not in fresh:
+            base = retrieval.Filters(workspace=slug, scope="all").apply(Lesson.objects.filter(pk__in=changed or ()))
+            found = list(base.filter(embedding__isnull=False, embedding_model=model_id).values_list("id", "embedding"))
+            matrix = np.stack([_unit(np.asarray(v, dtype=np.float32)) for _, v in found]) if found else np.empty((0, 0))
+            ids = [pk for pk, _ in found]
+            fresh[slug] = (ids, {pk: row for row, pk in enumerate(ids)}, matrix)
+        return fresh[slug]
+
+    searched: dict[str, tuple[Any, list[int]]] = {}
     domains: dict[str, np.ndarray | None] = {}
-    for pk, _task, _agent, slug, _created, embedding, model_id in window:
-        if embedding is None or model_id != provider.model_id:
-            continue
+    for pk, _task, _agent, slug, _created, embedding, _model in rows:
         vector = np.asarray(embedding, dtype=np.float32)
-        if str(pk) in cache:
-            nearest = [tuple(cache[str(pk)])] if cache[str(pk)] else []
-        else:
-            # What that workspace's retrieve searches: its own lessons and the shared tier.
-            base = retrieval.Filters(workspace=slug or "", scope="all").apply(Lesson.objects.all())
-            nearest = retrieval.vector_branch(vector, base, 1, provider.model_id)
+        entry = cache.get(str(pk), False)
+        nearest = [tuple(entry)] if entry else []
+        search = entry is False or bool(entry and entry[0] in gone)
+        if not search:
+            ids, rows_of, matrix = changed_for(slug or "")
+            similarities = matrix @ _unit(vector) if ids else np.empty(0)
+            if entry and changed and entry[0] in changed:
+                # The known nearest lesson changed itself: still the nearest only if it is still served
+                # and no farther than it was (every unchanged lesson was at most that close).
+                row = rows_of.get(entry[0])
+                search = row is None or float(similarities[row]) < float(entry[1]) - SAME_SIMILARITY
+            if not search and ids:
+                top = int(np.argmax(similarities))
+                if not nearest or float(similarities[top]) > float(nearest[0][1]):
+                    nearest = [(ids[top], float(similarities[top]))]
+        if search:
+            if slug not in searched:  # what that workspace's retrieve searches: its own lessons and the shared tier
+                base = retrieval.Filters(workspace=slug or "", scope="all").apply(Lesson.objects.all())
+                searched[slug] = (base, retrieval.vector_candidates(base, model_id))
+            base, few = searched[slug]
+            nearest = retrieval.vector_branch(vector, base, 1, model_id, few=few)
         nearest_of[str(pk)] = list(nearest[0]) if nearest else None
         best = float(nearest[0][1]) if nearest else -1.0
         if nearest and bool(retrieval.floor_passes(vector, [best], provider)[0]):
             answered[pk] = int(nearest[0][0])
             continue
         if slug not in domains:
-            domains[slug] = _domain_vectors(slug, provider.model_id)
+            domains[slug] = _domain_vectors(slug, model_id)
         corpus = domains[slug]
         domain = max(best, float(np.max(corpus @ _unit(vector))) if corpus is not None else -1.0)
         if nearest or corpus is not None:  # with nothing to compare against, it cannot be told
@@ -137,10 +212,10 @@ def compute_gap_groups(*, workspace: str = "") -> list[GapGroup]:
 
 
 def _grouped(
-    *, workspace: str = "", close: bool = False, nearest_cache: dict[str, Any] | None = None
+    *, workspace: str = "", close: bool = False, known: Known | None = None
 ) -> tuple[list[GapGroup], dict[str, Any]]:
     """The work ``refresh`` does: ``(groups, nearest)`` (``close``: first close the gaps a lesson would now
-    be served for; ``nearest_cache`` and ``nearest``: see ``classify``)."""
+    be served for; ``known`` and ``nearest``: see ``classify``)."""
     rows = Retrieval.objects.gaps()
     if workspace:
         rows = rows.filter(workspace=workspace)
@@ -149,7 +224,7 @@ def _grouped(
             "id", "task", "agent", "workspace", "created_at", "embedding", "embedding_model"
         )[: settings.GAP_WINDOW]
     )
-    answered, off, nearest = classify(window, nearest_cache)
+    answered, off, nearest = classify(window, known)
     if close and answered:
         close_answered(answered)
     window = [row for row in window if row[0] not in answered]
@@ -233,18 +308,21 @@ def _inputs() -> list[Any]:
 
     seen = Retrieval.objects.gaps().aggregate(n=Count("id"), last=Max("id"), embedded=Count("embedding"))
     # A lesson added, edited, embedded or archived may close a gap; a newly served task moves the domain.
-    store = Lesson.objects.aggregate(n=Count("embedding"), changed=Max("updated_at"))
+    store = Lesson.objects.aggregate(n=Count("embedding"), changed=Max("updated_at"), embedded=Max("embedded_at"))
     served = Retrieval.objects.filter(gap=False).aggregate(last=Max("id"))
     window, threshold = settings.GAP_WINDOW, settings.GAP_GROUP_SIMILARITY
-    changed = store["changed"].isoformat() if store["changed"] else None
-    return [seen["n"], seen["last"], seen["embedded"], window, threshold, store["n"], changed, served["last"]]
+    changed = [store[key].isoformat() if store[key] else None for key in ("changed", "embedded")]
+    return [seen["n"], seen["last"], seen["embedded"], window, threshold, store["n"], *changed, served["last"]]
 
 
 def refresh(*, force: bool = False) -> int:
     """Group the open gaps into the maintained row (skipped while its inputs are unchanged); the number of
     groups. One refresh at a time across every process: while another holds the lock (a beat run that
     outlasts its interval, a ``refresh_soon`` beside it), this one returns the row's count at once rather
-    than repeat the same work."""
+    than repeat the same work. Each gap's nearest lesson is kept in the row and searched again only when
+    it may have changed (``classify``), with a full pass at least every ``FULL_PASS_EVERY``."""
+    from lessons import embeddings
+
     with _alone() as alone:
         if not alone:
             data = DerivedState.read(SNAPSHOT)
@@ -253,10 +331,25 @@ def refresh(*, force: bool = False) -> int:
         data = DerivedState.read(SNAPSHOT)
         if not force and data and data.get("inputs") == inputs:
             return len(data.get("groups", []))
-        store = inputs[5:7]  # the lesson store's state: while it is unchanged, each gap's nearest lesson is too
-        cache = data.get("nearest") if data and data.get("store") == store else None
-        groups, nearest = _grouped(close=True, nearest_cache=cache)
-        return _store(groups, nearest, store)
+        began = timezone.now()
+        provider = embeddings.provider()
+        model_id = provider.model_id if provider else ""
+        known, full_at = _known(data, model_id, began)
+        groups, nearest = _grouped(close=True, known=known)
+        kept = {"model": model_id, "since": began.isoformat(), "full_at": (full_at or began).isoformat()}
+        return _store(groups, nearest, kept)
+
+
+def _known(data: dict[str, Any] | None, model_id: str, now: datetime) -> tuple[Known | None, datetime | None]:
+    """The last refresh's nearest lessons, if still usable (same model, a full pass within
+    ``FULL_PASS_EVERY``), and when that full pass was; ``(None, None)``: search every gap."""
+    kept = (data or {}).get("store")
+    if not isinstance(kept, dict) or kept.get("model") != model_id or not model_id:
+        return None, None
+    full_at = datetime.fromisoformat(kept["full_at"])
+    if now - full_at >= FULL_PASS_EVERY:
+        return None, None
+    return Known(nearest=(data or {}).get("nearest") or {}, since=datetime.fromisoformat(kept["since"])), full_at
 
 
 # The advisory lock ``refresh`` holds (a PostgreSQL session lock: a process that dies lets it go).
@@ -276,7 +369,7 @@ def _alone() -> Iterator[bool]:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [REFRESH_LOCK])
 
 
-def _store(groups: list[GapGroup], nearest: dict[str, Any], store: list[Any]) -> int:
+def _store(groups: list[GapGroup], nearest: dict[str, Any], store: dict[str, Any]) -> int:
     """Write computed groups, less the gaps closed while they were computed (a person's ``dismiss``): under
     the row's lock, which ``dismiss`` takes too, so neither write undoes the other. The number of groups."""
     raw = [_dump(group) for group in groups]

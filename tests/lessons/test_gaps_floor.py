@@ -7,10 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import time_machine
+from django.utils import timezone
 
-from lessonboard.models import Workspace
+from lessonboard.models import DerivedState, Workspace
 from lessons import retrieval, vectors
-from lessons.store import persist_lesson, set_scope
+from lessons.models import Lesson
+from lessons.store import edit_lesson, persist_lesson, set_scope, set_status
 from lessons.usage import gaps, impact
 from lessons.usage.log import embed_task
 from lessons.usage.models import Retrieval
@@ -28,6 +31,11 @@ ON_TOPIC = "put the /me and /cart endpoints behind Cloudflare"
 WEATHER = "What is the weather in Lisbon tomorrow?"
 # Below the floor (no lesson applies) yet like the workspace's own tasks: a lesson is missing.
 REAL_GAP = "translate the checkout page to German"
+I18N = (
+    "translating the checkout page into another language",
+    "the page's strings were hard-coded in the templates",
+    "extract the strings into message catalogs and translate the catalog",
+)
 
 
 def lesson(slug: str, texts: tuple[str, str, str], tags: list[str]) -> Any:
@@ -106,12 +114,8 @@ def test_the_preview_counts_a_task_only_above_the_retrieval_floor(api: ApiClient
     assert retrieval.search(ON_TOPIC, filters=retrieval.Filters(workspace="tour")).hits == []
 
 
-def test_a_refresh_that_saw_only_new_gaps_searches_the_store_for_the_new_ones_only(
-    api: ApiClient, monkeypatch: Any
-) -> None:
-    lesson("shop", CACHE, ["cache", "cdn"])
-    ask(api, WEATHER, "shop")
-    gaps.refresh(force=True)
+def counted_searches(monkeypatch: Any) -> list[int]:
+    """The nearest-lesson searches refresh runs from here on (``retrieval.vector_branch``, called through)."""
     calls: list[int] = []
     search = retrieval.vector_branch
 
@@ -120,11 +124,105 @@ def test_a_refresh_that_saw_only_new_gaps_searches_the_store_for_the_new_ones_on
         return search(*args, **kwargs)
 
     monkeypatch.setattr(retrieval, "vector_branch", counted)
+    return calls
+
+
+def kept_nearest() -> dict[str, Any]:
+    """Each open gap's nearest lesson as the maintained row keeps it."""
+    data = DerivedState.read(gaps.SNAPSHOT)
+    assert data is not None
+    return dict(data["nearest"])
+
+
+def searched_afresh() -> dict[str, Any]:
+    """Each open gap's nearest lesson as a search of the whole store finds it now (what a full pass does)."""
+    return gaps._grouped()[1]
+
+
+def test_a_refresh_that_saw_only_new_gaps_searches_the_store_for_the_new_ones_only(
+    api: ApiClient, monkeypatch: Any
+) -> None:
+    lesson("shop", CACHE, ["cache", "cdn"])
+    ask(api, WEATHER, "shop")
+    gaps.refresh(force=True)
+    calls = counted_searches(monkeypatch)
     ask(api, "write a birthday poem for my aunt", "shop")
     calls.clear()  # the retrieve itself searched
     gaps.refresh()
     assert calls == [1]  # the new gap only: the lesson store did not change
-    lesson("shop", RATE, ["rate-limit"])
+
+
+def same_nearest(kept: dict[str, Any], fresh: dict[str, Any]) -> bool:
+    """The same lesson for every gap, at the same similarity (to float precision)."""
+    if kept.keys() != fresh.keys():
+        return False
+    for key, entry in kept.items():
+        other = fresh[key]
+        if (entry is None) != (other is None):
+            return False
+        if entry is not None and (entry[0] != other[0] or abs(entry[1] - other[1]) > 1e-5):
+            return False
+    return True
+
+
+def test_after_a_lesson_change_a_refresh_compares_the_gaps_with_the_changed_lessons_only(
+    api: ApiClient, monkeypatch: Any
+) -> None:
+    """docs/lessons.md#gaps: a new or changed lesson is compared with every gap at once (exact cosine);
+    only a gap whose nearest lesson changed or went is searched again, and the result is what a search of
+    the whole store gives."""
+    cache = lesson("shop", CACHE, ["cache", "cdn"])
+    tasks = [ask(api, WEATHER, "shop"), ask(api, "write a birthday poem for my aunt", "shop")]
+    gaps.refresh()
+    assert {kept_nearest()[str(pk)][0] for pk in tasks} == {cache.pk}
+    calls = counted_searches(monkeypatch)
+    rate = lesson("shop", RATE, ["rate-limit"])  # a new lesson
+    gaps.refresh()
+    assert calls == []
+    assert same_nearest(kept_nearest(), searched_afresh())
+    on_cache = [pk for pk in tasks if kept_nearest()[str(pk)][0] == cache.pk]
+    set_status(Lesson.objects.get(pk=cache.pk), "archived", actor="test")  # no longer what retrieve searches
     calls.clear()
     gaps.refresh()
-    assert calls == [1, 1]  # the store changed: both gaps are searched again
+    assert len(calls) == len(on_cache)  # those gaps only
+    assert {kept_nearest()[str(pk)][0] for pk in tasks} == {rate.pk}
+    assert same_nearest(kept_nearest(), searched_afresh())
+    Lesson.objects.filter(pk=rate.pk).delete()  # gone from the table (a workspace deleted, say)
+    calls.clear()
+    gaps.refresh()
+    assert len(calls) == len(tasks)
+    assert kept_nearest() == searched_afresh() == {str(pk): None for pk in tasks}
+
+
+def test_a_lesson_re_embedded_after_an_edit_closes_the_gap_it_now_answers(api: ApiClient) -> None:
+    """An edit keeps the old vector until the embed worker has read the new text: the refresh after the edit
+    still sees the old one, and the vector stored later (``embedded_at``, not ``updated_at``) is a change
+    the next refresh acts on."""
+    made = lesson("shop", RATE, ["rate-limit"])
+    pk = ask(api, REAL_GAP, "shop")
+    assert gaps.refresh() == 1
+    edit_lesson(Lesson.objects.get(pk=made.pk), situation=I18N[0], mistake=I18N[1], correction=I18N[2], actor="t")
+    assert gaps.refresh() == 1  # the edit is seen, but the vector is still the rate-limit one
+    assert Retrieval.objects.get(pk=pk).gap_dismissed_at is None
+    vectors.embed_ids([made.pk])
+    assert gaps.refresh() == 0
+    assert Retrieval.objects.get(pk=pk).gap_answered_by_id == made.pk
+
+
+def test_a_full_pass_searches_every_gap_again_once_its_time_has_come(api: ApiClient, monkeypatch: Any) -> None:
+    lesson("shop", CACHE, ["cache", "cdn"])
+    ask(api, WEATHER, "shop")
+    ask(api, "write a birthday poem for my aunt", "shop")
+    gaps.refresh()
+    calls = counted_searches(monkeypatch)
+    lesson("shop", RATE, ["rate-limit"])
+    gaps.refresh()
+    assert calls == []
+    with time_machine.travel(timezone.now() + gaps.FULL_PASS_EVERY):
+        lesson("shop", ("a third lesson", "about nothing in particular", "kept short"), ["misc"])
+        gaps.refresh()
+        assert calls == [1, 1]
+        calls.clear()
+        lesson("shop", ("a fourth lesson", "about something else", "also short"), ["misc"])
+        gaps.refresh()
+        assert calls == []  # the full pass began the next hour's count

@@ -241,7 +241,7 @@ def test_a_gap_dismissed_while_the_groups_were_computed_stays_dismissed(api: Api
     groups, nearest = gaps._grouped(close=True)  # the refresh's computation, before its write
     assert sorted(g.count for g in groups) == [1, 1]
     assert gaps.dismiss([first]) == 1  # meanwhile, a reviewer dismisses one
-    assert gaps._store(groups, nearest, []) == 1
+    assert gaps._store(groups, nearest, {}) == 1
     assert [g.ids for g in gaps.open_gap_groups()] == [[second]]
     assert gaps.refresh() == 1  # and the inputs it stored are the current ones: nothing stale to redo
 
