@@ -226,3 +226,28 @@ def test_a_full_pass_searches_every_gap_again_once_its_time_has_come(api: ApiCli
         lesson("shop", ("a fourth lesson", "about something else", "also short"), ["misc"])
         gaps.refresh()
         assert calls == []  # the full pass began the next hour's count
+
+
+def test_past_the_incremental_bound_or_after_a_model_switch_every_gap_is_searched(
+    api: ApiClient, monkeypatch: Any
+) -> None:
+    lesson("shop", CACHE, ["cache", "cdn"])
+    ask(api, WEATHER, "shop")
+    ask(api, "write a birthday poem for my aunt", "shop")
+    gaps.refresh()
+    calls = counted_searches(monkeypatch)
+    monkeypatch.setattr(gaps, "INCREMENTAL_MAX", 1)  # a big import: more lessons changed than the bound
+    lesson("shop", RATE, ["rate-limit"])
+    lesson("shop", I18N, ["i18n"])
+    gaps.refresh()
+    assert calls == [1, 1]
+    monkeypatch.setattr(gaps, "INCREMENTAL_MAX", 10_000)
+    data = DerivedState.read(gaps.SNAPSHOT)
+    assert data is not None
+    DerivedState.write(gaps.SNAPSHOT, {**data, "store": {**data["store"], "model": "another-model"}})
+    calls.clear()
+    gaps.refresh(force=True)  # the kept nearest lessons were found with another model's vectors
+    assert calls == [1, 1]
+    calls.clear()
+    gaps.refresh(force=True)
+    assert calls == []
