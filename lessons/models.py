@@ -169,6 +169,10 @@ class Lesson(models.Model):
             # The shared tier is small and read by every workspace's retrieve.
             models.Index(fields=["status"], condition=Q(scope="shared"), name="lesson_shared"),
             GinIndex(fields=["workspace", "term_vector"], name="lesson_terms_ws_gin"),
+            # What changed since: beat's gap refresh reads the newest of each every tick and the lessons
+            # changed since its last run (lessons.usage.gaps), which was a scan of the table each time.
+            models.Index(fields=["updated_at"], name="lesson_updated_idx"),
+            models.Index(fields=["embedded_at"], name="lesson_embedded_idx"),
             HnswIndex(
                 name="lesson_embedding_hnsw",
                 fields=["embedding"],
