@@ -117,6 +117,69 @@ def _changed_lessons(since: datetime) -> set[int] | None:
     return set(ids) if len(ids) <= INCREMENTAL_MAX else None
 
 
+class _NearestLessons:
+    """Each gap's nearest lesson, as that gap's workspace's retrieve would search (its own lessons and the
+    shared tier), reusing ``known`` where it still holds (``classify``)."""
+
+    def __init__(self, known: Known | None, model_id: str) -> None:
+        from lessons.models import Lesson
+
+        self.model_id = model_id
+        self.changed = _changed_lessons(known.since) if known else None
+        self.cache = known.nearest if known and self.changed is not None else {}
+        cached_ids = {entry[0] for entry in self.cache.values() if entry}
+        present = set(Lesson.objects.filter(pk__in=cached_ids).values_list("pk", flat=True)) if cached_ids else set()
+        self.gone = cached_ids - present
+        self._fresh: dict[str, tuple[list[int], dict[int, int], np.ndarray]] = {}
+        self._bases: dict[str, tuple[Any, list[int]]] = {}
+
+    def of(self, pk: int, slug: str, vector: np.ndarray) -> list[tuple[int, float]]:
+        """``[(lesson id, similarity)]``, or ``[]`` when the workspace is served no lesson."""
+        entry = self.cache.get(str(pk), False)
+        if entry is False or (entry and entry[0] in self.gone):
+            return self._search(slug, vector)
+        nearest = [tuple(entry)] if entry else []
+        ids, rows, matrix = self._changed_for(slug)
+        similarities = matrix @ _unit(vector) if ids else np.empty(0)
+        if entry and self.changed and entry[0] in self.changed:
+            # The known nearest lesson changed itself: still the nearest only if it is still served and no
+            # farther than it was (every unchanged lesson was at most that close).
+            row = rows.get(entry[0])
+            if row is None or float(similarities[row]) < float(entry[1]) - SAME_SIMILARITY:
+                return self._search(slug, vector)
+        if ids:
+            top = int(np.argmax(similarities))
+            if not nearest or float(similarities[top]) > float(nearest[0][1]):
+                nearest = [(ids[top], float(similarities[top]))]
+        return nearest
+
+    def _search(self, slug: str, vector: np.ndarray) -> list[tuple[int, float]]:
+        from lessons import retrieval
+        from lessons.models import Lesson
+
+        if slug not in self._bases:
+            base = retrieval.Filters(workspace=slug, scope="all").apply(Lesson.objects.all())
+            self._bases[slug] = (base, retrieval.vector_candidates(base, self.model_id))
+        base, few = self._bases[slug]
+        return retrieval.vector_branch(vector, base, 1, self.model_id, few=few)
+
+    def _changed_for(self, slug: str) -> tuple[list[int], dict[int, int], np.ndarray]:
+        """The changed lessons that workspace is served: their ids, each id's row, their unit vectors."""
+        from lessons import retrieval
+        from lessons.models import Lesson
+
+        if slug not in self._fresh:
+            changed = Lesson.objects.filter(pk__in=self.changed or ())
+            base = retrieval.Filters(workspace=slug, scope="all").apply(changed)
+            found = list(
+                base.filter(embedding__isnull=False, embedding_model=self.model_id).values_list("id", "embedding")
+            )
+            matrix = np.stack([_unit(np.asarray(v, dtype=np.float32)) for _, v in found]) if found else np.empty((0, 0))
+            ids = [pk for pk, _ in found]
+            self._fresh[slug] = (ids, {pk: row for row, pk in enumerate(ids)}, matrix)
+        return self._fresh[slug]
+
+
 def classify(
     window: list[tuple[Any, ...]], known: Known | None = None
 ) -> tuple[dict[int, int], set[int], dict[str, Any]]:
@@ -125,10 +188,10 @@ def classify(
     gap's nearest lesson ``[id, similarity]``.
 
     ``known``: the last refresh's nearest lessons. A gap it covers is searched again only when its nearest
-    lesson has changed or gone since; otherwise its nearest lesson is the known one or a better one among
-    the lessons that changed since (exact cosine over those few). A new gap is searched."""
+    lesson has gone, or has changed and is now farther or no longer served; otherwise its nearest lesson is
+    the known one or a closer one among the lessons changed since (exact cosine over those few). A new gap
+    is searched."""
     from lessons import embeddings, retrieval
-    from lessons.models import Lesson
 
     provider = embeddings.provider()
     answered: dict[int, int] = {}
@@ -137,50 +200,13 @@ def classify(
     if provider is None:
         return answered, off, nearest_of
     model_id = provider.model_id
-    rows = [row for row in window if row[5] is not None and row[6] == model_id]
-    changed = _changed_lessons(known.since) if known else None
-    cache = known.nearest if known and changed is not None else {}
-    cached_ids = {entry[0] for entry in cache.values() if entry}
-    present = set(Lesson.objects.filter(pk__in=cached_ids).values_list("pk", flat=True)) if cached_ids else set()
-    gone = cached_ids - present
-    # The changed lessons each workspace's retrieve would search (its own and the shared tier): their ids,
-    # unit vectors, and each id's row.
-    fresh: dict[str, tuple[list[int], dict[int, int], np.ndarray]] = {}
-
-    def changed_for(slug: str) -> tuple[list[int], dict[int, int], np.ndarray]:
-        if slug not in fresh:
-            base = retrieval.Filters(workspace=slug, scope="all").apply(Lesson.objects.filter(pk__in=changed or ()))
-            found = list(base.filter(embedding__isnull=False, embedding_model=model_id).values_list("id", "embedding"))
-            matrix = np.stack([_unit(np.asarray(v, dtype=np.float32)) for _, v in found]) if found else np.empty((0, 0))
-            ids = [pk for pk, _ in found]
-            fresh[slug] = (ids, {pk: row for row, pk in enumerate(ids)}, matrix)
-        return fresh[slug]
-
-    searched: dict[str, tuple[Any, list[int]]] = {}
+    finder = _NearestLessons(known, model_id)
     domains: dict[str, np.ndarray | None] = {}
-    for pk, _task, _agent, slug, _created, embedding, _model in rows:
+    for pk, _task, _agent, slug, _created, embedding, gap_model in window:
+        if embedding is None or gap_model != model_id:
+            continue
         vector = np.asarray(embedding, dtype=np.float32)
-        entry = cache.get(str(pk), False)
-        nearest = [tuple(entry)] if entry else []
-        search = entry is False or bool(entry and entry[0] in gone)
-        if not search:
-            ids, rows_of, matrix = changed_for(slug or "")
-            similarities = matrix @ _unit(vector) if ids else np.empty(0)
-            if entry and changed and entry[0] in changed:
-                # The known nearest lesson changed itself: still the nearest only if it is still served
-                # and no farther than it was (every unchanged lesson was at most that close).
-                row = rows_of.get(entry[0])
-                search = row is None or float(similarities[row]) < float(entry[1]) - SAME_SIMILARITY
-            if not search and ids:
-                top = int(np.argmax(similarities))
-                if not nearest or float(similarities[top]) > float(nearest[0][1]):
-                    nearest = [(ids[top], float(similarities[top]))]
-        if search:
-            if slug not in searched:  # what that workspace's retrieve searches: its own lessons and the shared tier
-                base = retrieval.Filters(workspace=slug or "", scope="all").apply(Lesson.objects.all())
-                searched[slug] = (base, retrieval.vector_candidates(base, model_id))
-            base, few = searched[slug]
-            nearest = retrieval.vector_branch(vector, base, 1, model_id, few=few)
+        nearest = finder.of(pk, slug or "", vector)
         nearest_of[str(pk)] = list(nearest[0]) if nearest else None
         best = float(nearest[0][1]) if nearest else -1.0
         if nearest and bool(retrieval.floor_passes(vector, [best], provider)[0]):
