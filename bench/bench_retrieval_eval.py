@@ -7,8 +7,8 @@ theirs, per margin. Picks nothing by itself: docs/lessons.md quotes the figures 
 
     .venv/bin/python bench/bench_retrieval_eval.py [--models use e5 minilm]
 
-``--table`` prints instead, for both evaluation sets (tests/data/retrieval_eval.jsonl and the independent
-retrieval_eval_2.jsonl), R@1/R@5/MRR per query kind and half (tuning / held-out) for each single branch
+``--table`` prints instead, for the three evaluation sets (tests/data/retrieval_eval.jsonl, the independent
+retrieval_eval_2.jsonl and the blind retrieval_eval_3.jsonl, all held out), R@1/R@5/MRR per query kind and half (tuning / held-out) for each single branch
 (``retrieval.search`` with only that branch: text, vector, tags) and for the defaults (every branch, the
 floor on, as ``POST /api/v1/lessons/retrieve`` answers), and how many off-topic queries per half got no lesson:
 
@@ -33,6 +33,7 @@ from lessons.models import Lesson  # noqa: E402
 
 EVAL = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval.jsonl"
 EVAL_2 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_2.jsonl"
+EVAL_3 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_3.jsonl"
 SINGLE = {"text only": ("text",), "vector only": ("vector",), "tags only": ("tags",)}
 
 
@@ -69,7 +70,7 @@ def table(models: list[str]) -> None:
     all_on = retrieval.Weights(1.0, 1.0, 1.0)
     for model in models:
         use_model(model)
-        for label, path in (("set 1", EVAL), ("set 2", EVAL_2)):
+        for label, path in (("set 1", EVAL), ("set 2", EVAL_2), ("set 3", EVAL_3)):
             data = evaluation.load(path)
             ids = load_set(data)
             print(f"\n== {model}, {label} ({path.name}): {len(data.lessons)} lessons, {len(data.queries)} queries")
@@ -110,6 +111,8 @@ def table(models: list[str]) -> None:
                     + " | ".join(f"{m.recall_at_1:.2f}/{m.recall_at_5:.2f}/{m.mrr:.2f}".ljust(17) for m in cells)
                 )
             for half, queries in totals.items():
+                if not queries:  # set 3 is held out whole
+                    continue
                 group = evaluation.EvalSet(data.lessons, queries)
                 cells = [evaluation.measure(group, ids, cached(name)) for name in configs]
                 print(
