@@ -126,6 +126,12 @@ def hashed_embedding(text: str, dimensions: int = 64) -> list[float]:
     return [v / norm for v in vec]
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5; real servers take hundreds, and a worker with many slots
+    # connects at once (a full backlog drops SYNs, which the client only retries after a second).
+    request_queue_size = 128
+
+
 class FakeOpenAIServer:
     def __init__(self, *, model: str = "fake-model") -> None:
         self.model = model
@@ -214,7 +220,7 @@ class FakeOpenAIServer:
                     pass
 
         self._released.clear()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._httpd = _Server(("127.0.0.1", port), Handler)
         self._httpd.daemon_threads = True
         threading.Thread(target=self._httpd.serve_forever, name="fake-openai", daemon=True).start()
         return self
