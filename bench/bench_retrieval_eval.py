@@ -7,10 +7,11 @@ theirs, per margin. Picks nothing by itself: docs/lessons.md quotes the figures 
 
     .venv/bin/python bench/bench_retrieval_eval.py [--models use e5 minilm]
 
-``--table`` prints instead, for the three evaluation sets (tests/data/retrieval_eval.jsonl, the independent
-retrieval_eval_2.jsonl and the blind retrieval_eval_3.jsonl, all held out), R@1/R@5/MRR per query kind and half (tuning / held-out) for each single branch
+``--table`` prints instead, for the four evaluation sets (tests/data/retrieval_eval.jsonl, the independent
+retrieval_eval_2.jsonl, and retrieval_eval_3.jsonl and retrieval_eval_4.jsonl, written blind), R@1/R@5/MRR per query kind and half (tuning / held-out) for each single branch
 (``retrieval.search`` with only that branch: text, vector, tags) and for the defaults (every branch, the
-floor on, as ``POST /api/v1/lessons/retrieve`` answers), and how many off-topic queries per half got no lesson:
+floor on, as ``POST /api/v1/lessons/retrieve`` answers), how many off-topic queries per half got no lesson, and
+how many of the 60 off-topic probes (tests/data/retrieval_offtopic_probes.jsonl) got none against each store:
 
     .venv/bin/python bench/bench_retrieval_eval.py --table [--models use]
 """
@@ -34,6 +35,8 @@ from lessons.models import Lesson  # noqa: E402
 EVAL = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval.jsonl"
 EVAL_2 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_2.jsonl"
 EVAL_3 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_3.jsonl"
+EVAL_4 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_4.jsonl"
+PROBES = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_offtopic_probes.jsonl"
 SINGLE = {"text only": ("text",), "vector only": ("vector",), "tags only": ("tags",)}
 
 
@@ -70,7 +73,7 @@ def table(models: list[str]) -> None:
     all_on = retrieval.Weights(1.0, 1.0, 1.0)
     for model in models:
         use_model(model)
-        for label, path in (("set 1", EVAL), ("set 2", EVAL_2), ("set 3", EVAL_3)):
+        for label, path in (("set 1", EVAL), ("set 2", EVAL_2), ("set 3", EVAL_3), ("set 4", EVAL_4)):
             data = evaluation.load(path)
             ids = load_set(data)
             print(f"\n== {model}, {label} ({path.name}): {len(data.lessons)} lessons, {len(data.queries)} queries")
@@ -119,6 +122,14 @@ def table(models: list[str]) -> None:
                     f"  {'all on-topic ' + half:<24}{len(queries):>4}  "
                     + " | ".join(f"{m.recall_at_1:.2f}/{m.recall_at_5:.2f}/{m.mrr:.2f}".ljust(17) for m in cells)
                 )
+            probes = evaluation.load(PROBES).queries
+            cells = []
+            for half in ("tune", "heldout"):
+                for group_name in ("everyday", "user-computing"):
+                    chosen = [p for p in probes if evaluation.split_of(p) == half and p["group"] == group_name]
+                    empty, total = evaluation.empty_answers(evaluation.EvalSet([], chosen), cached("defaults"))
+                    cells.append(f"{group_name} {half} {empty}/{total}")
+            print("  off-topic probes against this store, defaults, answered with nothing: " + ", ".join(cells))
 
 
 MARGINS = (-0.05, -0.03, -0.02, -0.01, 0.0, 0.005, 0.01, 0.02)

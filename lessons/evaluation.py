@@ -12,7 +12,10 @@ situation generally; ``split`` is ``tune`` or ``heldout``, ``lang`` ``en``/``pt`
 flag, path or config key in the task) and ``near-twin`` queries (the task fits two lessons told apart by one
 detail), with their lessons. ``tests/data/retrieval_eval_2.jsonl`` is a second set written from scratch
 (other domains, terser notes) with ``identifier``, ``near-twin``, ``next-task``, ``paraphrase`` and
-``off-topic`` queries. A query's half is its ``split`` (``heldout-2`` counts as held out) or, for the
+``off-topic`` queries; ``retrieval_eval_3.jsonl`` and ``retrieval_eval_4.jsonl`` were written blind (by
+authors who saw neither the code nor the other sets), and ``retrieval_offtopic_probes.jsonl`` holds off-topic
+queries only, each with a ``group`` (``everyday`` or ``user-computing``), run against every set's store. A
+query's half is its ``split`` (``heldout-2`` counts as held out) or, for the
 original queries that have none, a hash of its id (``split_of``).
 """
 
