@@ -170,6 +170,16 @@ _STATS_TTL = 300.0
 _stats_cache: dict[str, Any] = {"at": -_STATS_TTL, "freqs": {}, "rows": 0.0, "tags": {}}
 _PLAIN = re.compile(r"[^\W_]+")
 _EXACT = re.compile(r"[0-9_.:/=@+-]")
+
+
+def _is_identifier(label: str) -> bool:
+    """A code-like term (a digit or ``_ . : / = @ + -`` inside). A bare number needs three digits or more:
+    ``413``, ``8080`` and ``1213`` are codes and ports, ``5`` in "a 5-day trip" is not."""
+    if label.isdigit():
+        return len(label) >= 3
+    return bool(_EXACT.search(label))
+
+
 _CAMEL = re.compile(r"[A-Za-z0-9]*[a-z][A-Z][A-Za-z0-9]*")
 
 
@@ -298,7 +308,7 @@ def analyse_terms(
         share = max(freqs.get(lex, unknown) for lex in lexemes)
         df = share * n_rows
         idf = math.log(1.0 + (n_rows - df + 0.5) / (df + 0.5))
-        terms.append(TextTerm(label, lexemes, share, idf, bool(_EXACT.search(label)) or label in camel))
+        terms.append(TextTerm(label, lexemes, share, idf, _is_identifier(label) or label in camel))
     terms.sort(key=lambda t: (t.share, -len(t.label), t.label))
     left_out: dict[str, list[str]] = {"common": [], "over_cap": []}
     if workspace:
@@ -513,21 +523,30 @@ def background_similarity(vectors: Any, provider: embeddings.Provider) -> Any:
     return np.max(matrix @ background_vectors(provider).T, axis=1)
 
 
-def floor_check(vector: Any, best: float, provider: embeddings.Provider, *, agree: bool = False) -> dict[str, Any]:
+def floor_check(
+    vector: Any, best: float, provider: embeddings.Provider, *, agree: bool = False, identifiers: bool = False
+) -> dict[str, Any]:
     """How the best lesson's similarity compares with the closest off-topic sentence's. With ``agree``
     (the branches agree on the best lesson: ``branches_agree``) the margin is the smaller of
-    ``RETRIEVAL_FLOOR_MARGIN`` and ``RETRIEVAL_FLOOR_MARGIN_AGREE``."""
+    ``RETRIEVAL_FLOOR_MARGIN`` and ``RETRIEVAL_FLOOR_MARGIN_AGREE``; with ``agree`` and ``identifiers`` (the
+    best full-text hit has the task's rare identifiers, ``rare_exact``) it passes whatever the cosines: an
+    error code or flag of the task, in the lesson both branches put first, is a witness no everyday
+    sentence has."""
     background = float(np.max(background_vectors(provider) @ np.asarray(vector, dtype=np.float32)))
     margin = settings.RETRIEVAL_FLOOR_MARGIN
     if agree:
         margin = min(margin, settings.RETRIEVAL_FLOOR_MARGIN_AGREE)
-    return {
+    verdict = {
         "best_similarity": round(best, 4),
         "background_similarity": round(background, 4),
         "margin": margin,
         "branches_agree": agree,
         "passed": best - background >= margin,
     }
+    if agree and identifiers:
+        verdict["rare_identifiers_agree"] = True
+        verdict["passed"] = True
+    return verdict
 
 
 def branches_agree(vector_rows: list[tuple[int, float]], text_rows: list[tuple[int, float]]) -> bool:
@@ -817,7 +836,10 @@ def _search(
             rankings["vector"] = vector_branch(vector, base, depth, provider.model_id)
             if rankings["vector"]:
                 agree = branches_agree(rankings["vector"], rankings.get("text") or [])
-                explanation["floor"] = floor_check(vector, rankings["vector"][0][1], provider, agree=agree)
+                exact = "rare_identifiers" in explanation
+                explanation["floor"] = floor_check(
+                    vector, rankings["vector"][0][1], provider, agree=agree, identifiers=exact
+                )
     elif "vector" in branches:
         explanation["vector"] = "off: no embedding provider (lexical retrieval only)"
         explanation["floor"] = "off: the floor needs embeddings"

@@ -139,6 +139,7 @@ def test_it_keeps_the_floors_background_vectors_for_the_next_process(corpus, mon
 
 def test_the_floor_is_relaxed_only_when_the_branches_agree_on_the_best_lesson(corpus, settings):
     agreeing = "bulk payments API calls answer HTTP 429"  # full text and vector both put "rate" first
+    settings.RETRIEVAL_EXACT_MIN_IDF = 100.0  # "429" alone is not a witness here (the next test: it can be)
     verdict = retrieval.search(agreeing, k=1, floor=False).explanation["floor"]
     assert verdict["branches_agree"] is True
     gap = verdict["best_similarity"] - verdict["background_similarity"]
@@ -152,3 +153,24 @@ def test_the_floor_is_relaxed_only_when_the_branches_agree_on_the_best_lesson(co
     off = retrieval.search("what should I wear to a summer wedding on the beach", k=1, floor=False)
     assert off.explanation["floor"]["branches_agree"] is False  # no full-text witness: the margin stays
     assert off.explanation["floor"]["margin"] == settings.RETRIEVAL_FLOOR_MARGIN
+
+
+def test_the_floor_passes_a_task_whose_identifiers_are_in_the_lesson_both_branches_put_first(corpus, settings):
+    task = "bulk payments API calls answer HTTP 429"  # "429" is in "rate", which both branches put first
+    settings.RETRIEVAL_EXACT_MIN_IDF = 0.5  # three lessons: a term in one of them is worth ~1 idf
+    verdict = retrieval.search(task, k=1, floor=False).explanation["floor"]
+    gap = verdict["best_similarity"] - verdict["background_similarity"]
+    settings.RETRIEVAL_FLOOR_MARGIN = settings.RETRIEVAL_FLOOR_MARGIN_AGREE = gap + 0.01  # the cosines fail
+    result = retrieval.search(task, k=1)
+    assert [h.lesson.pk for h in result.hits] == [corpus["rate"].pk]
+    assert result.explanation["floor"]["rare_identifiers_agree"] is True
+    settings.RETRIEVAL_EXACT_MIN_IDF = 100.0  # without the identifier witness the same task is emptied
+    result = retrieval.search(task, k=1)
+    assert result.hits == [] and "rare_identifiers_agree" not in result.explanation["floor"]
+
+
+def test_a_number_of_one_or_two_digits_is_a_word_and_of_three_or_more_an_identifier(corpus):
+    terms, _ = retrieval.analyse_terms("a 5 day trip, 12 stops, then HTTP 429 on port 8080")
+    exact = {t.label: t.exact for t in terms}
+    assert exact["5"] is False and exact["12"] is False
+    assert exact["429"] is True and exact["8080"] is True
