@@ -1109,6 +1109,15 @@ VARS: tuple[Var, ...] = (
         shown="`-0.04` with `use`, else the model's floor margin (no effect)",
     ),
     Var(
+        "LESSONBOARD_RETRIEVAL_FLOOR_SOFTWARE_MIN",
+        "number",
+        default=-1.0,
+        minimum=-100.0,
+        maximum=100.0,
+        section="lessons",
+        help="retrieval floor: a task the software-work classifier scores below this logit gets no lesson; `-100` = off; only `use` has a classifier ([lessons](lessons.md#software-work))",
+    ),
+    Var(
         "LESSONBOARD_RETRIEVAL_QUERY_MAX_CHARS",
         "integer",
         default=1000,

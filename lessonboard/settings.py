@@ -592,6 +592,9 @@ RETRIEVAL_FLOOR_MARGIN_AGREE = cfg(
     "LESSONBOARD_RETRIEVAL_FLOOR_MARGIN_AGREE",
     default=_MODEL_DEFAULTS.get("floor_margin_agree", _MODEL_DEFAULTS["floor_margin"]),
 )
+# ... and a task the software-work classifier (lessons/software.py; use only) scores below this logit gets no
+# lesson, whatever the margins: chosen on out-of-fold scores of its training data (docs/lessons.md#software-work).
+RETRIEVAL_FLOOR_SOFTWARE_MIN = cfg("LESSONBOARD_RETRIEVAL_FLOOR_SOFTWARE_MIN")
 # A task longer than this is cut before it is embedded and searched (a 20,000-character task took ~19 s).
 RETRIEVAL_QUERY_MAX_CHARS = cfg("LESSONBOARD_RETRIEVAL_QUERY_MAX_CHARS")
 # Query embeddings kept per process (LRU); 0 turns the cache off.

@@ -41,7 +41,7 @@ from pgvector.django import CosineDistance
 from lessonboard import files, llm
 from lessonboard.llm import promptfiles
 from lessonboard.models import Workspace
-from lessons import embeddings, language
+from lessons import embeddings, language, software
 from lessons.content import STOP_WORDS
 from lessons.metrics import RETRIEVAL_SECONDS
 from lessons.models import Lesson, LessonScope, LessonStatus
@@ -546,6 +546,14 @@ def floor_check(
     if agree and identifiers:
         verdict["rare_identifiers_agree"] = True
         verdict["passed"] = True
+    # The second witness: whether the task is about software work at all (lessons/software.py). Its veto
+    # stands over both above: it was chosen with them (docs/lessons.md#software-work).
+    work = software.score(vector, provider.model_id) if settings.RETRIEVAL_FLOOR_MARGIN > -1.0 else None
+    if work is not None:  # a margin of -1 turns the whole floor off
+        verdict["software_score"] = round(work, 3)
+        if work < settings.RETRIEVAL_FLOOR_SOFTWARE_MIN and verdict["passed"]:
+            verdict["not_software_work"] = True  # what decided it
+            verdict["passed"] = False
     return verdict
 
 
@@ -846,10 +854,16 @@ def _search(
     explanation["terms"] = query_terms(query)
     verdict = explanation.get("floor")
     if isinstance(verdict, dict) and not verdict["passed"]:
-        verdict["reason"] = (
-            "no lesson applies: the closest lesson (similarity {best_similarity}) is not closer to the task than "
-            "everyday off-topic text ({background_similarity}) by the margin {margin}".format(**verdict)
-        )
+        if verdict.get("not_software_work"):
+            verdict["reason"] = (
+                "no lesson applies: the task does not look like software work (score {software_score} below "
+                "{minimum})".format(minimum=settings.RETRIEVAL_FLOOR_SOFTWARE_MIN, **verdict)
+            )
+        else:
+            verdict["reason"] = (
+                "no lesson applies: the closest lesson (similarity {best_similarity}) is not closer to the task "
+                "than everyday off-topic text ({background_similarity}) by the margin {margin}".format(**verdict)
+            )
         if floor:
             return SearchResult([], explanation, verdict["reason"])
     if settings.RETRIEVAL_FUSION == "score":

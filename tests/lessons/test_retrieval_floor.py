@@ -2,7 +2,7 @@
 
 import pytest
 
-from lessons import embeddings, retrieval, vectors
+from lessons import embeddings, retrieval, software, vectors
 from lessons.store import persist_lesson
 
 pytestmark = pytest.mark.django_db
@@ -174,3 +174,24 @@ def test_a_number_of_one_or_two_digits_is_a_word_and_of_three_or_more_an_identif
     exact = {t.label: t.exact for t in terms}
     assert exact["5"] is False and exact["12"] is False
     assert exact["429"] is True and exact["8080"] is True
+
+
+def test_a_task_the_software_classifier_scores_below_its_minimum_gets_no_lesson_and_says_why(corpus, settings):
+    task = "put the /me and /cart endpoints behind Cloudflare"
+    verdict = retrieval.search(task, k=1).explanation["floor"]
+    assert verdict["passed"] is True and verdict["software_score"] > settings.RETRIEVAL_FLOOR_SOFTWARE_MIN
+    settings.RETRIEVAL_FLOOR_SOFTWARE_MIN = verdict["software_score"] + 0.01
+    result = retrieval.search(task, k=1)
+    assert result.hits == [] and result.explanation["floor"]["not_software_work"] is True
+    assert "does not look like software work" in result.explanation["floor"]["reason"]
+    settings.RETRIEVAL_FLOOR_SOFTWARE_MIN = -100.0  # off
+    assert [h.lesson.pk for h in retrieval.search(task, k=1).hits] == [corpus["cache"].pk]
+
+
+def test_the_software_classifier_scores_everyday_requests_below_software_tasks():
+    provider = embeddings.provider()
+    assert provider is not None and software.weights(provider.model_id) is not None
+    work = [software.score(provider.embed_query(t), provider.model_id) for t in ("retry HTTP 429 with backoff",)]
+    life = [software.score(provider.embed_query(t), provider.model_id) for t in ("a cake recipe for my mother",)]
+    assert min(work) > 0 > max(life)
+    assert software.score(provider.embed_query("anything"), "a-model-with-no-classifier") is None

@@ -80,6 +80,11 @@ class Command(BaseCommand):
             help="default: from the file name (.jsonl, LESSONS.md, else memory-index)",
         )
         exp.add_argument("--workspace", default="", help="only this workspace's lessons (memory-index, lessons-md)")
+        clf = sub.add_parser(
+            "floor-classifier",
+            help="train the floor's software-work classifier for use from the repository's evaluation data",
+        )
+        clf.add_argument("--write", action="store_true", help="write lessons/data/software-<model>.npz")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -88,12 +93,29 @@ class Command(BaseCommand):
                 self.reembed(options)
             elif action == "import":
                 self.import_(options)
+            elif action == "floor-classifier":
+                self.floor_classifier(options)
             else:
                 self.export(options)
         except interchange.InterchangeError as exc:
             raise CommandError(str(exc)) from exc
         except embeddings.EmbeddingError as exc:
             raise CommandError(f"embedding failed: {exc}") from exc
+
+    def floor_classifier(self, options: dict[str, Any]) -> None:
+        from lessonboard import files
+        from lessons import software, software_training
+
+        provider = embeddings.load("local", "use")
+        if provider is None:
+            raise CommandError("the use model is not installed")
+        texts, labels = software_training.training_texts()
+        w, b = software_training.train(provider)
+        target = software.path_for(provider.model_id)
+        self.stdout.write(f"{len(texts)} texts ({sum(labels)} software work), bias {b:.4f}")
+        if options["write"]:
+            files.write_atomic(target, software_training.dump(w, b), mode=0o644)
+            self.stdout.write(f"wrote {target}")
 
     @staticmethod
     def _format(options: dict[str, Any]) -> str:

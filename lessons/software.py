@@ -1,0 +1,54 @@
+"""The floor's second witness: is the task about software work at all? A logistic regression over the query
+embedding (``use`` only: 512 weights and a bias in ``lessons/data/software-<model>.npz``), trained by
+``manage.py lessons floor-classifier --write`` (``lessons/software_training.py``) on what the repository has
+written down:
+
+- software work: every task of evaluation sets 1–3 that has a lesson, and of set 4's tuning half;
+- not: their off-topic tasks (set 4's tuning half only), the off-topic probes' tuning half, the floor's
+  background sentences and ``lessons/data/software_negatives.txt``.
+
+The held-out halves of set 4 and of the probes are never read here (docs/lessons.md#software-work). Full-batch
+gradient descent from zero weights with balanced class weights: the same data gives the same weights.
+``retrieval.floor_check`` empties the answer when the score (a logit) is below
+``RETRIEVAL_FLOOR_SOFTWARE_MIN``.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DATA = Path(__file__).resolve().parent / "data"
+
+_loaded: dict[str, tuple[np.ndarray, float] | None] = {}
+_lock = threading.Lock()
+
+
+def path_for(model_id: str) -> Path:
+    return DATA / f"software-{model_id}.npz"
+
+
+def weights(model_id: str) -> tuple[np.ndarray, float] | None:
+    """The shipped classifier for this model, or None (no classifier: the floor keeps its margins only)."""
+    with _lock:
+        if model_id not in _loaded:
+            try:
+                with np.load(path_for(model_id), allow_pickle=False) as data:
+                    _loaded[model_id] = (np.asarray(data["w"], dtype=np.float32), float(data["b"]))
+            except OSError:
+                _loaded[model_id] = None
+        return _loaded[model_id]
+
+
+def score(vector: Any, model_id: str) -> float | None:
+    """The task's software-work logit (above 0: more like the software tasks than the everyday ones)."""
+    found = weights(model_id)
+    if found is None:
+        return None
+    w, b = found
+    v = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(v))
+    return float((v / norm if norm else v) @ w + b)

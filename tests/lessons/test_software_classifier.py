@@ -1,0 +1,28 @@
+"""The floor's software-work classifier: the shipped weights are what its training command computes from the
+repository's data, and that data leaves the held-out halves out (docs/lessons.md#software-work)."""
+
+import numpy as np
+import pytest
+
+from lessons import embeddings, evaluation, software, software_training
+
+
+def test_the_shipped_weights_are_what_training_on_the_repositorys_data_gives():
+    provider = embeddings.load("local", "use")
+    assert provider is not None
+    w, b = software_training.train(provider)
+    shipped = software.weights(provider.model_id)
+    assert shipped is not None, "run: manage.py lessons floor-classifier --write"
+    assert np.allclose(w, shipped[0], atol=1e-4) and b == pytest.approx(shipped[1], abs=1e-4), (
+        "the training data changed: run manage.py lessons floor-classifier --write"
+    )
+
+
+def test_it_never_trains_on_a_held_out_half():
+    texts, labels = software_training.training_texts()
+    trained = set(texts)
+    for name in software_training.HALVES_ONLY:
+        queries = evaluation.load(software_training.EVAL_DIR / name).queries
+        held = {q["query"] for q in queries if evaluation.split_of(q) == "heldout"}
+        assert held and not held & trained
+    assert 0 < sum(labels) < len(labels)  # both classes
