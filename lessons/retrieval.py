@@ -511,10 +511,12 @@ def floor_passes(vectors: Any, similarities: Any, provider: embeddings.Provider)
     """The floor's decision for many tasks at once (``floor_check``'s rule, one matrix product): for each
     task vector (a row) whether a lesson at that cosine similarity to it clears the closest everyday
     off-topic sentence by ``RETRIEVAL_FLOOR_MARGIN`` — i.e. whether retrieval would serve it. The impact
-    preview and the knowledge gaps decide with this, never with a threshold of their own."""
+    preview and the knowledge gaps decide with this, never with a threshold of their own. A task the
+    software-work classifier vetoes (``not_software_work``) never passes, as in ``floor_check``."""
     matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
     background = np.max(matrix @ background_vectors(provider).T, axis=1)
-    return np.asarray(similarities, dtype=np.float32) - background >= settings.RETRIEVAL_FLOOR_MARGIN
+    passes = np.asarray(similarities, dtype=np.float32) - background >= settings.RETRIEVAL_FLOOR_MARGIN
+    return passes & ~not_software_work(matrix, provider)
 
 
 def background_similarity(vectors: Any, provider: embeddings.Provider) -> Any:
@@ -548,13 +550,31 @@ def floor_check(
         verdict["passed"] = True
     # The second witness: whether the task is about software work at all (lessons/software.py). Its veto
     # stands over both above: it was chosen with them (docs/lessons.md#software-work).
-    work = software.score(vector, provider.model_id) if settings.RETRIEVAL_FLOOR_MARGIN > -1.0 else None
-    if work is not None:  # a margin of -1 turns the whole floor off
+    work = software_score(vector, provider)
+    if work is not None:
         verdict["software_score"] = round(work, 3)
         if work < settings.RETRIEVAL_FLOOR_SOFTWARE_MIN and verdict["passed"]:
             verdict["not_software_work"] = True  # what decided it
             verdict["passed"] = False
     return verdict
+
+
+def software_score(vector: Any, provider: embeddings.Provider) -> float | None:
+    """The software-work classifier's logit for the task (lessons/software.py), or None: no classifier for
+    this model, or the floor is off (a margin of -1)."""
+    if settings.RETRIEVAL_FLOOR_MARGIN <= -1.0:
+        return None
+    return software.score(vector, provider.model_id)
+
+
+def not_software_work(vectors: Any, provider: embeddings.Provider) -> Any:
+    """For each task vector (a row), whether the classifier vetoes it: a retrieve answers it with no lesson,
+    whatever is near. All False without a classifier or with the floor off."""
+    matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+    scores = software.scores(matrix, provider.model_id) if settings.RETRIEVAL_FLOOR_MARGIN > -1.0 else None
+    if scores is None:
+        return np.zeros(len(matrix), dtype=bool)
+    return scores < settings.RETRIEVAL_FLOOR_SOFTWARE_MIN
 
 
 def branches_agree(vector_rows: list[tuple[int, float]], text_rows: list[tuple[int, float]]) -> bool:

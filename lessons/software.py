@@ -43,6 +43,17 @@ def weights(model_id: str) -> tuple[np.ndarray, float] | None:
         return _loaded[model_id]
 
 
+def scores(matrix: Any, model_id: str) -> np.ndarray | None:
+    """``score`` for each row of ``matrix`` at once."""
+    found = weights(model_id)
+    if found is None:
+        return None
+    w, b = found
+    m = np.atleast_2d(np.asarray(matrix, dtype=np.float32))
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    return np.asarray((m / np.where(norms > 0, norms, 1.0)) @ w + b)
+
+
 def score(vector: Any, model_id: str) -> float | None:
     """The task's software-work logit (above 0: more like the software tasks than the everyday ones)."""
     found = weights(model_id)

@@ -11,8 +11,10 @@ Before grouping, each open gap with a vector of the current model is checked aga
 retrieve would (docs/lessons.md#gaps): the nearest active lesson of the gap's workspace (HNSW,
 ``retrieval.vector_branch``) and the retrieval floor (``retrieval.floor_passes``). A gap a lesson would now
 be served for is **closed** (``gap_dismissed_at`` with ``gap_answered_by``). The rest are told apart:
-**off-domain** when the task is at least as close to the floor's everyday off-topic sentences as to anything
-the workspace does (its nearest lesson, and the tasks it retrieved lessons for), a real gap otherwise.
+**off-domain** when the floor's software-work classifier says the task is not software work (a retrieve
+answers it with nothing, so no lesson closes it) or when it is at least as close to the floor's everyday
+off-topic sentences as to anything the workspace does (its nearest lesson, and the tasks it retrieved
+lessons for), a real gap otherwise.
 
 The groups are a maintained view (docs/api.md#limits): ``refresh()`` computes them into a
 ``DerivedState`` row, run by beat (``LESSONBOARD_DERIVED_REFRESH_INTERVAL``) and soon after the embed
@@ -209,6 +211,9 @@ def classify(
         nearest = finder.of(pk, slug or "", vector)
         nearest_of[str(pk)] = list(nearest[0]) if nearest else None
         best = float(nearest[0][1]) if nearest else -1.0
+        if bool(retrieval.not_software_work(vector, provider)[0]):  # retrieve answers it with nothing
+            off.add(pk)
+            continue
         if nearest and bool(retrieval.floor_passes(vector, [best], provider)[0]):
             answered[pk] = int(nearest[0][0])
             continue

@@ -104,6 +104,19 @@ def test_an_off_domain_task_is_told_apart_from_a_real_gap(api: ApiClient, client
     assert WEATHER in off and REAL_GAP in html[: html.index('id="off-domain"')]
 
 
+def test_a_task_the_software_classifier_vetoes_is_off_domain_and_no_lesson_closes_it(
+    api: ApiClient, settings: Any
+) -> None:
+    settings.RETRIEVAL_FLOOR_SOFTWARE_MIN = 100.0  # every task scores below: retrieve answers each with nothing
+    pk = ask(api, ON_TOPIC, "shop")
+    assert Retrieval.objects.get(pk=pk).gap is True
+    lesson("shop", CACHE, ["cache", "cdn"])  # the lesson that would close it ...
+    assert open_tasks("shop") == {ON_TOPIC: True}  # ... does not: the task is off-domain
+    assert Retrieval.objects.get(pk=pk).gap_answered_by_id is None
+    settings.RETRIEVAL_FLOOR_SOFTWARE_MIN = -100.0  # the classifier off: the lesson closes it
+    assert ON_TOPIC not in open_tasks("shop")
+
+
 def test_the_preview_counts_a_task_only_above_the_retrieval_floor(api: ApiClient, settings: Any) -> None:
     lesson("tour", RATE, ["rate-limit"])
     ask(api, ON_TOPIC, "tour")
