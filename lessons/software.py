@@ -5,7 +5,8 @@ written down:
 
 - software work: every task of evaluation sets 1–3 that has a lesson, and of set 4's tuning half;
 - not: their off-topic tasks (set 4's tuning half only), the off-topic probes' tuning half, the floor's
-  background sentences and ``lessons/data/software_negatives.txt``.
+  background sentences and ``lessons/data/software_negatives.txt``;
+- and the labelled texts of ``lessons/data/software_training.jsonl`` (software work, user computing, everyday).
 
 The held-out halves of set 4 and of the probes are never read here (docs/lessons.md#software-work). Full-batch
 gradient descent from zero weights with balanced class weights: the same data gives the same weights.

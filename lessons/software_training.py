@@ -5,6 +5,7 @@ of the off-topic probes never (docs/lessons.md#software-work)."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,13 @@ def training_texts() -> tuple[list[str], list[int]]:
     for sentence in sentences:
         if sentence not in held:
             texts.setdefault(sentence, 0)
+    extra = DATA / "software_training.jsonl"
+    if extra.exists():
+        for line in extra.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                if row["text"] not in held:
+                    texts.setdefault(row["text"], int(row["label"]))
     return list(texts), list(texts.values())
 
 

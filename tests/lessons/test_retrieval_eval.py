@@ -96,8 +96,8 @@ def test_the_sets_have_the_kinds_and_halves_the_figures_are_reported_on():
 
 # Off-topic held-out tasks answered with no lesson, at least, as measured (docs/lessons.md#software-work
 # says what the floor still misses): the set's own, and the 38 held-out probes against its store.
-EMPTY_AT_LEAST = {EVAL: 20, EVAL_2: 13, EVAL_3: 29, EVAL_4: 15}
-PROBES_EMPTY_AT_LEAST = {EVAL: 23, EVAL_2: 23, EVAL_3: 26, EVAL_4: 26}
+EMPTY_AT_LEAST = {EVAL: 20, EVAL_2: 13, EVAL_3: 29, EVAL_4: 17}
+PROBES_EMPTY_AT_LEAST = {EVAL: 29, EVAL_2: 29, EVAL_3: 32, EVAL_4: 32}
 
 
 @pytest.mark.parametrize("path", [EVAL, EVAL_2, EVAL_3, EVAL_4], ids=["set 1", "set 2", "set 3", "set 4"])
