@@ -51,10 +51,14 @@ def _lines(path: Path) -> list[str]:
     return [s.strip() for s in path.read_text(encoding="utf-8").splitlines() if s.strip() and not s.startswith("#")]
 
 
-def train(provider: embeddings.Provider) -> tuple[np.ndarray, float]:
-    texts, labels = training_texts()
+def embed(provider: embeddings.Provider, texts: list[str]) -> np.ndarray:
+    """The texts' query embeddings, unit rows (float64, as ``fit`` takes them)."""
     x = np.asarray([provider.embed_query(t) for t in texts], dtype=np.float64)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def fit(x: np.ndarray, labels: list[int] | np.ndarray) -> tuple[np.ndarray, float]:
+    """Full-batch gradient descent from zero weights, balanced classes, L2: the same data, the same weights."""
     y = np.asarray(labels, dtype=np.float64)
     share = y.mean()
     balance = np.where(y == 1, 0.5 / share, 0.5 / (1 - share))
@@ -65,6 +69,11 @@ def train(provider: embeddings.Provider) -> tuple[np.ndarray, float]:
         w -= STEP * (x.T @ g / len(y) + L2 * w)
         b -= STEP * float(g.mean())
     return w.astype(np.float32), b
+
+
+def train(provider: embeddings.Provider) -> tuple[np.ndarray, float]:
+    texts, labels = training_texts()
+    return fit(embed(provider, texts), labels)
 
 
 def dump(w: np.ndarray, b: float) -> bytes:
