@@ -38,7 +38,8 @@ def collect() -> dict[str, list[dict[str, Any]]]:
     probes = evaluation.load(bre.PROBES).queries
     provider = embeddings.provider()
     assert provider is not None
-    settings.RETRIEVAL_FLOOR_SOFTWARE_MIN = -100.0
+    configured = settings.RETRIEVAL_FLOOR_SOFTWARE_MIN
+    settings.RETRIEVAL_FLOOR_SOFTWARE_MIN = -100.0  # the margins alone
     out: dict[str, list[dict[str, Any]]] = {}
     for name, path in SETS.items():
         data = evaluation.load(path)
@@ -62,14 +63,8 @@ def collect() -> dict[str, list[dict[str, Any]]]:
                 }
             )
         out[name] = rows
-    settings.RETRIEVAL_FLOOR_SOFTWARE_MIN = software_min()
+    settings.RETRIEVAL_FLOOR_SOFTWARE_MIN = configured
     return out
-
-
-def software_min() -> float:
-    from lessonboard import config
-
-    return float(next(v for v in config.VARS if v.name == "LESSONBOARD_RETRIEVAL_FLOOR_SOFTWARE_MIN").default)
 
 
 def counts(rows: dict[str, list[dict[str, Any]]], halves: set[str], keep: Any) -> tuple[int, int, int]:
@@ -111,7 +106,7 @@ def main() -> None:
     for t in THRESHOLDS:
         c = counts(rows, trained, lambda row, t=t: score_of.get(row["text"], 99.0) >= t)
         print(f"  {t:+.2f}   | {c[0]:>4} | {base[1] - c[1]:>3}")
-    threshold = software_min()
+    threshold = settings.RETRIEVAL_FLOOR_SOFTWARE_MIN
     print(f"\nleft-out sets (on-topic tasks below {threshold} when trained without that set):")
     by_set = {name: {row["text"] for row in set_rows if row["half"] in trained} for name, set_rows in rows.items()}
     for name, own in by_set.items():

@@ -559,21 +559,25 @@ def floor_check(
     return verdict
 
 
-def software_score(vector: Any, provider: embeddings.Provider) -> float | None:
-    """The software-work classifier's logit for the task (lessons/software.py), or None: no classifier for
-    this model, or the floor is off (a margin of -1)."""
+def software_scores(vectors: Any, provider: embeddings.Provider) -> Any:
+    """Each task vector's software-work logit (lessons/software.py), or None: no classifier for this model,
+    or the floor is off (a margin of -1)."""
     if settings.RETRIEVAL_FLOOR_MARGIN <= -1.0:
         return None
-    return software.score(vector, provider.model_id)
+    return software.scores(vectors, provider.model_id)
+
+
+def software_score(vector: Any, provider: embeddings.Provider) -> float | None:
+    found = software_scores(vector, provider)
+    return None if found is None else float(found[0])
 
 
 def not_software_work(vectors: Any, provider: embeddings.Provider) -> Any:
     """For each task vector (a row), whether the classifier vetoes it: a retrieve answers it with no lesson,
     whatever is near. All False without a classifier or with the floor off."""
-    matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
-    scores = software.scores(matrix, provider.model_id) if settings.RETRIEVAL_FLOOR_MARGIN > -1.0 else None
+    scores = software_scores(vectors, provider)
     if scores is None:
-        return np.zeros(len(matrix), dtype=bool)
+        return np.zeros(len(np.atleast_2d(vectors)), dtype=bool)
     return scores < settings.RETRIEVAL_FLOOR_SOFTWARE_MIN
 
 
@@ -806,6 +810,7 @@ def _search(
     }
     rankings: dict[str, list[tuple[int, float]]] = {}
     text_mass = 0.0
+    exact = False  # the best full-text hit has the task's rare identifiers (set by the text branch)
     explanation["branches_run"] = list(branches)
     explanation["fusion"] = settings.RETRIEVAL_FUSION
     if full_length > len(query):
@@ -822,7 +827,8 @@ def _search(
         explanation["text_idf_mass"] = round(text_mass, 6)
         detail = text_branch_detail(query, base, depth, terms=terms)
         rankings["text"] = [(pk, score) for pk, score, _ in detail]
-        if rare_exact(detail, settings.RETRIEVAL_EXACT_MIN_IDF) and weights.text > 0:
+        exact = rare_exact(detail, settings.RETRIEVAL_EXACT_MIN_IDF) and weights.text > 0
+        if exact:
             # A rare identifier of the task is in the best full-text hit: lean on full text.
             weights = Weights(max(weights.text, settings.RETRIEVAL_WEIGHT_TEXT_EXACT), weights.vector, weights.tags)
             explanation["rare_identifiers"] = {"text_weight": weights.text, "exact_idf": round(detail[0][2], 4)}
@@ -864,7 +870,6 @@ def _search(
             rankings["vector"] = vector_branch(vector, base, depth, provider.model_id)
             if rankings["vector"]:
                 agree = branches_agree(rankings["vector"], rankings.get("text") or [])
-                exact = "rare_identifiers" in explanation
                 explanation["floor"] = floor_check(
                     vector, rankings["vector"][0][1], provider, agree=agree, identifiers=exact
                 )

@@ -45,7 +45,8 @@ def weights(model_id: str) -> tuple[np.ndarray, float] | None:
 
 
 def scores(matrix: Any, model_id: str) -> np.ndarray | None:
-    """``score`` for each row of ``matrix`` at once."""
+    """Each row's software-work logit (above 0: more like the software tasks than the everyday ones), or
+    None: no classifier for this model."""
     found = weights(model_id)
     if found is None:
         return None
@@ -56,11 +57,6 @@ def scores(matrix: Any, model_id: str) -> np.ndarray | None:
 
 
 def score(vector: Any, model_id: str) -> float | None:
-    """The task's software-work logit (above 0: more like the software tasks than the everyday ones)."""
-    found = weights(model_id)
-    if found is None:
-        return None
-    w, b = found
-    v = np.asarray(vector, dtype=np.float32)
-    norm = float(np.linalg.norm(v))
-    return float((v / norm if norm else v) @ w + b)
+    """``scores`` of one task vector."""
+    found = scores(vector, model_id)
+    return None if found is None else float(found[0])
