@@ -36,7 +36,9 @@ EVAL = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval.jsonl"
 EVAL_2 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_2.jsonl"
 EVAL_3 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_3.jsonl"
 EVAL_4 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_4.jsonl"
+EVAL_5 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_5.jsonl"
 PROBES = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_offtopic_probes.jsonl"
+PROBES_2 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_offtopic_probes_2.jsonl"
 SINGLE = {"text only": ("text",), "vector only": ("vector",), "tags only": ("tags",)}
 
 
@@ -73,7 +75,13 @@ def table(models: list[str]) -> None:
     all_on = retrieval.Weights(1.0, 1.0, 1.0)
     for model in models:
         use_model(model)
-        for label, path in (("set 1", EVAL), ("set 2", EVAL_2), ("set 3", EVAL_3), ("set 4", EVAL_4)):
+        for label, path in (
+            ("set 1", EVAL),
+            ("set 2", EVAL_2),
+            ("set 3", EVAL_3),
+            ("set 4", EVAL_4),
+            ("set 5", EVAL_5),
+        ):
             data = evaluation.load(path)
             ids = load_set(data)
             print(f"\n== {model}, {label} ({path.name}): {len(data.lessons)} lessons, {len(data.queries)} queries")
@@ -106,6 +114,13 @@ def table(models: list[str]) -> None:
                         empty, total = evaluation.empty_answers(group, cached(name))
                         cells.append(f"empty {empty}/{total}".ljust(17))
                     print(f"  {kind + ' ' + half:<24}{len(group.queries):>4}  " + " | ".join(cells))
+                    kinds_of = sorted({query["group"] for query in group.queries if "group" in query})
+                    for name in kinds_of:  # set 5's off-topic tasks are of three groups
+                        chosen = evaluation.EvalSet(
+                            [], [query for query in group.queries if query.get("group") == name]
+                        )
+                        empty, total = evaluation.empty_answers(chosen, cached("defaults"))
+                        print(f"    {name:<22}{total:>4}  defaults: empty {empty}/{total}")
                     continue
                 totals[half] += group.queries
                 cells = [evaluation.measure(group, ids, cached(name)) for name in configs]
@@ -130,6 +145,18 @@ def table(models: list[str]) -> None:
                     empty, total = evaluation.empty_answers(evaluation.EvalSet([], chosen), cached("defaults"))
                     cells.append(f"{group_name} {half} {empty}/{total}")
             print("  off-topic probes against this store, defaults, answered with nothing: " + ", ".join(cells))
+            cells = []
+            for group_name in ("everyday", "user-computing"):
+                for lang in ("en", "pt"):
+                    chosen = [
+                        p for p in evaluation.load(PROBES_2).queries if (p["group"], p["lang"]) == (group_name, lang)
+                    ]
+                    empty, total = evaluation.empty_answers(evaluation.EvalSet([], chosen), cached("defaults"))
+                    cells.append(f"{group_name} {lang} {empty}/{total}")
+            print(
+                "  second probes (all held out) against this store, defaults, answered with nothing: "
+                + ", ".join(cells)
+            )
 
 
 MARGINS = (-0.05, -0.03, -0.02, -0.01, 0.0, 0.005, 0.01, 0.02)

@@ -12,8 +12,10 @@ situation generally; ``split`` is ``tune`` or ``heldout``, ``lang`` ``en``/``pt`
 flag, path or config key in the task) and ``near-twin`` queries (the task fits two lessons told apart by one
 detail), with their lessons. ``tests/data/retrieval_eval_2.jsonl`` is a second set written from scratch
 (other domains, terser notes) with ``identifier``, ``near-twin``, ``next-task``, ``paraphrase`` and
-``off-topic`` queries; ``retrieval_eval_3.jsonl`` and ``retrieval_eval_4.jsonl`` were written blind (by
-authors who saw neither the code nor the other sets), and ``retrieval_offtopic_probes.jsonl`` holds off-topic
+``off-topic`` queries; ``retrieval_eval_3.jsonl``, ``retrieval_eval_4.jsonl`` and ``retrieval_eval_5.jsonl``
+were written blind (by authors who saw neither the code nor the other sets; set 5's off-topic queries have a
+``group``: ``everyday``, ``user-computing`` or ``software-elsewhere``, software work no lesson of the set
+touches), and ``retrieval_offtopic_probes.jsonl`` and ``retrieval_offtopic_probes_2.jsonl`` hold off-topic
 queries only, each with a ``group`` (``everyday`` or ``user-computing``), run against every set's store. A
 query's half is its ``split`` (``heldout-2`` counts as held out) or, for the
 original queries that have none, a hash of its id (``split_of``).
