@@ -1,8 +1,8 @@
 """How the floor's software-work classifier (lessons/software.py) was checked and its threshold chosen.
 
-For every evaluation set and the off-topic probes against each set's store, each query is searched with the
-classifier off: whether the margins pass it and the rank of its lesson. Then, on the data the classifier trains
-on (sets 1-3, the tuning halves of set 4 and of the probes):
+For every evaluation set and both files of off-topic probes against each set's store, each query is searched
+with the classifier off: whether the margins pass it and the rank of its lesson. Then, on the data the
+classifier trains on (the tuning halves of sets 1, 2 and 4 and of the first probes):
 
 - out-of-fold scores (5 folds by a hash of the text; each text scored by a model trained without it), and
   per threshold how many off-topic tasks (and probe runs) are still answered and how many on-topic tasks
@@ -11,8 +11,9 @@ on (sets 1-3, the tuning halves of set 4 and of the probes):
 - with one set left out of training at a time, how many of that set's on-topic tasks score below the
   threshold (does it carry to domains it has not seen?);
 
-and, on the held-out halves of set 4 and of the probes, the same counts with no classifier and with the
-shipped one at LESSONBOARD_RETRIEVAL_FLOOR_SOFTWARE_MIN:
+and, on everything held out (those sets' held-out halves; sets 3 and 5 and the second probes whole), the same
+counts with no classifier and with the shipped one at LESSONBOARD_RETRIEVAL_FLOOR_SOFTWARE_MIN, per set, kind
+and group:
 
     .venv/bin/python bench/bench_floor_classifier.py
 """
@@ -29,13 +30,17 @@ from django.conf import settings
 
 from lessons import embeddings, evaluation, retrieval, software, software_training
 
-SETS = {"set 1": bre.EVAL, "set 2": bre.EVAL_2, "set 3": bre.EVAL_3, "set 4": bre.EVAL_4}
+SETS = {"set 1": bre.EVAL, "set 2": bre.EVAL_2, "set 3": bre.EVAL_3, "set 4": bre.EVAL_4, "set 5": bre.EVAL_5}
+HELD_WHOLE = {"set 3", "set 5"}  # written to be held out whole: never trains the classifier
 THRESHOLDS = (-2.0, -1.75, -1.5, -1.25, -1.0, -0.75, -0.5, -0.25, 0.0)
 
 
 def collect() -> dict[str, list[dict[str, Any]]]:
     """Per set: each query's and each probe's margin verdict (classifier off), rank and unit vector."""
-    probes = evaluation.load(bre.PROBES).queries
+    probes = [
+        *({**p, "probe": 1} for p in evaluation.load(bre.PROBES).queries),
+        *({**p, "probe": 2, "split": "heldout"} for p in evaluation.load(bre.PROBES_2).queries),
+    ]
     provider = embeddings.provider()
     assert provider is not None
     configured = settings.RETRIEVAL_FLOOR_SOFTWARE_MIN
@@ -45,7 +50,7 @@ def collect() -> dict[str, list[dict[str, Any]]]:
         data = evaluation.load(path)
         ids = bre.load_set(data)
         rows = []
-        for query in [*data.queries, *({**p, "probe": True} for p in probes)]:
+        for query in [*data.queries, *probes]:
             top = [h.lesson.pk for h in retrieval.search(query["query"], k=10, floor=False).hits]
             relevant = {ids[x] for x in query["relevant"]}
             rank = next((i for i, pk in enumerate(top) if pk in relevant), None)
@@ -54,9 +59,9 @@ def collect() -> dict[str, list[dict[str, Any]]]:
                 {
                     "text": query["query"],
                     "kind": "off-topic" if not query["relevant"] else evaluation.kind_of(query),
-                    "probe": bool(query.get("probe")),
+                    "probe": query.get("probe", 0),
                     "group": query.get("group", ""),
-                    "half": "seen" if name != "set 4" and not query.get("probe") else evaluation.split_of(query),
+                    "half": "heldout" if name in HELD_WHOLE and not query.get("probe") else evaluation.split_of(query),
                     "passed": bool(retrieval.search(query["query"], k=10).hits),
                     "found": rank is not None and rank < 5,
                     "vector": vector / np.linalg.norm(vector),
@@ -88,8 +93,7 @@ def main() -> None:
     provider = embeddings.provider()
     assert provider is not None
     rows = collect()
-    texts, labels = software_training.training_texts()
-    x = software_training.embed(provider, texts)
+    texts, x, labels = software_training.training_data(provider)
     y = np.asarray(labels)
     fold = np.array([int(hashlib.sha256(t.encode()).hexdigest(), 16) % 5 for t in texts])
     oof = np.zeros(len(texts))
@@ -99,7 +103,7 @@ def main() -> None:
     score_of = dict(zip(texts, oof, strict=True))
     auc = float((oof[y == 1][:, None] > oof[y == 0][None, :]).mean())
     print(f"training: {len(texts)} texts ({int(y.sum())} software work); out-of-fold AUC {auc:.4f}")
-    trained = {"seen", "tune"}
+    trained = {"tune"}
     base = counts(rows, trained, lambda row: True)
     print(f"tuning data, no classifier: off-topic answered {base[0]}, on-topic found {base[1]} of {base[2]}")
     print("threshold | off-topic answered | on-topic lost (out-of-fold scores)")
@@ -108,22 +112,31 @@ def main() -> None:
         print(f"  {t:+.2f}   | {c[0]:>4} | {base[1] - c[1]:>3}")
     threshold = settings.RETRIEVAL_FLOOR_SOFTWARE_MIN
     print(f"\nleft-out sets (on-topic tasks below {threshold} when trained without that set):")
-    by_set = {name: {row["text"] for row in set_rows if row["half"] in trained} for name, set_rows in rows.items()}
+    by_set = {
+        name: {row["text"] for row in set_rows if row["half"] in trained and not row["probe"]}
+        for name, set_rows in rows.items()
+        if name not in HELD_WHOLE
+    }
     for name, own in by_set.items():
         others = set().union(*(v for k, v in by_set.items() if k != name)) - own
         keep = np.array([t not in own or t in others for t in texts])
         w, b = software_training.fit(x[keep], y[keep])
-        on_topic = [row for row in rows[name] if row["half"] in trained and row["kind"] != "off-topic"]
+        on_topic = [
+            row for row in rows[name] if row["half"] in trained and not row["probe"] and row["kind"] != "off-topic"
+        ]
         below = sum(1 for row in on_topic if float(row["vector"] @ w + b) < threshold)
         print(f"  {name}: {below} of {len(on_topic)}")
     shipped = software.weights(provider.model_id)
     assert shipped is not None
-    print(f"\nheld-out halves (set 4, probes against each store): no classifier | shipped at {threshold}")
+    print(f"\nheld out (halves; sets 3, 5 and the second probes whole): no classifier | shipped at {threshold}")
     for name, set_rows in rows.items():
         groups: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
         for row in set_rows:
             if row["half"] == "heldout":
-                groups["probes " + row["group"] if row["probe"] else f"{name} {row['kind']}"].append(row)
+                if row["probe"]:
+                    groups[f"probes {row['probe']} {row['group']}"].append(row)
+                else:
+                    groups[f"{name} {row['kind']} {row['group']}".rstrip()].append(row)
         for label, group in sorted(groups.items()):
 
             def kept(row: dict[str, Any], on: bool) -> bool:

@@ -3,12 +3,13 @@ embedding (``use`` only: 512 weights and a bias in ``lessons/data/software-<mode
 ``manage.py lessons floor-classifier --write`` (``lessons/software_training.py``) on what the repository has
 written down:
 
-- software work: every task of evaluation sets 1–3 that has a lesson, and of set 4's tuning half;
-- not: their off-topic tasks (set 4's tuning half only), the off-topic probes' tuning half, the floor's
-  background sentences and ``lessons/data/software_negatives.txt``;
-- and the labelled texts of ``lessons/data/software_training.jsonl`` (software work, user computing, everyday).
+- software work: every task that has a lesson in the tuning halves of evaluation sets 1, 2 and 4;
+- not: those halves' off-topic tasks, the first off-topic probes' tuning half, the floor's background
+  sentences and ``lessons/data/software_negatives.txt``;
+- and the labelled texts of ``lessons/data/software_training*.jsonl`` (software work, user computing, everyday).
 
-The held-out halves of set 4 and of the probes are never read here (docs/lessons.md#software-work). Full-batch
+A held-out half, and sets 3 and 5 and the second probes (held out whole), are never trained on; nor is a
+text within a cosine of 0.75 of a held-out one (docs/lessons.md#software-work). Full-batch
 gradient descent from zero weights with balanced class weights: the same data gives the same weights.
 ``retrieval.floor_check`` empties the answer when the score (a logit) is below
 ``RETRIEVAL_FLOOR_SOFTWARE_MIN``.

@@ -1,6 +1,6 @@
 """Training the floor's software-work classifier (``lessons/software.py``): ``manage.py lessons
-floor-classifier --write``. Reads the evaluation sets under ``tests/data``; the held-out halves of set 4 and
-of the off-topic probes never (docs/lessons.md#software-work)."""
+floor-classifier --write``. Reads the tuning halves of the evaluation sets under ``tests/data``; a held-out
+half, and the sets written held out whole, never (docs/lessons.md#software-work)."""
 
 from __future__ import annotations
 
@@ -14,20 +14,40 @@ from lessons import embeddings, evaluation, retrieval
 from lessons.software import DATA
 
 EVAL_DIR = Path(__file__).resolve().parent.parent / "tests" / "data"
-EVAL_SETS = ("retrieval_eval.jsonl", "retrieval_eval_2.jsonl", "retrieval_eval_3.jsonl", "retrieval_eval_4.jsonl")
-PROBES = "retrieval_offtopic_probes.jsonl"
-# Sets whose held-out half was never looked at before this classifier: only their tuning half trains it.
-HALVES_ONLY = {"retrieval_eval_4.jsonl", PROBES}
+# Sets with a tuning and a held-out half (evaluation.split_of): only the tuning half trains the classifier.
+HALVES = ("retrieval_eval.jsonl", "retrieval_eval_2.jsonl", "retrieval_eval_4.jsonl", "retrieval_offtopic_probes.jsonl")
+# Sets written to be held out whole: read only so that a text they share with a training file is left out.
+HELD_WHOLE = ("retrieval_eval_3.jsonl", "retrieval_eval_5.jsonl", "retrieval_offtopic_probes_2.jsonl")
+# Labelled texts written for the classifier alone, by authors who saw none of the code, docs or sets.
+EXTRA = ("software_training.jsonl", "software_training_2.jsonl")
+# A training text at least this close to a held-out one (cosine of their ``use`` embeddings) is the same
+# question in other words or the other language, and is left out too: blind authors converge on the same
+# everyday questions ("how often should I water a snake plant", "why is the sky blue"). Chosen by reading
+# the pairs, not by any figure.
+NEAR = 0.75
 L2 = 1e-3
 ITERATIONS = 600
 STEP = 0.5
 
 
+def held_out_texts() -> list[str]:
+    """Every held-out task and probe: the held-out halves of ``HALVES`` and the whole of ``HELD_WHOLE``."""
+    held = [
+        q["query"]
+        for name in HALVES
+        for q in evaluation.load(EVAL_DIR / name).queries
+        if evaluation.split_of(q) != "tune"
+    ]
+    held += [q["query"] for name in HELD_WHOLE for q in evaluation.load(EVAL_DIR / name).queries]
+    return list(dict.fromkeys(held))
+
+
 def training_texts() -> tuple[list[str], list[int]]:
-    """(texts, labels: 1 software work, 0 not), deduplicated, in a fixed order."""
-    loaded = {name: evaluation.load(EVAL_DIR / name).queries for name in (*EVAL_SETS, PROBES)}
+    """(texts, labels: 1 software work, 0 not), deduplicated, in a fixed order; no text that is also held
+    out (``training_data`` also leaves out the near copies)."""
+    loaded = {name: evaluation.load(EVAL_DIR / name).queries for name in HALVES}
     # A held-out text is left out wherever it appears (two authors wrote the same off-topic question once).
-    held = {q["query"] for name in HALVES_ONLY for q in loaded[name] if evaluation.split_of(q) != "tune"}
+    held = set(held_out_texts())
     texts: dict[str, int] = {}
     for queries in loaded.values():
         for query in queries:
@@ -37,9 +57,8 @@ def training_texts() -> tuple[list[str], list[int]]:
     for sentence in sentences:
         if sentence not in held:
             texts.setdefault(sentence, 0)
-    extra = DATA / "software_training.jsonl"
-    if extra.exists():
-        for line in extra.read_text(encoding="utf-8").splitlines():
+    for name in EXTRA:
+        for line in (DATA / name).read_text(encoding="utf-8").splitlines():
             if line.strip():
                 row = json.loads(line)
                 if row["text"] not in held:
@@ -71,9 +90,18 @@ def fit(x: np.ndarray, labels: list[int] | np.ndarray) -> tuple[np.ndarray, floa
     return w.astype(np.float32), b
 
 
-def train(provider: embeddings.Provider) -> tuple[np.ndarray, float]:
+def training_data(provider: embeddings.Provider) -> tuple[list[str], np.ndarray, list[int]]:
+    """(texts, their unit embeddings, labels): ``training_texts`` less any within ``NEAR`` of a held-out text."""
     texts, labels = training_texts()
-    return fit(embed(provider, texts), labels)
+    x = embed(provider, texts)
+    near = (x @ embed(provider, held_out_texts()).T).max(axis=1) >= NEAR
+    keep = [i for i in range(len(texts)) if not near[i]]
+    return [texts[i] for i in keep], x[keep], [labels[i] for i in keep]
+
+
+def train(provider: embeddings.Provider) -> tuple[np.ndarray, float]:
+    _, x, labels = training_data(provider)
+    return fit(x, labels)
 
 
 def dump(w: np.ndarray, b: float) -> bytes:

@@ -109,8 +109,8 @@ class Command(BaseCommand):
         provider = embeddings.load("local", "use")
         if provider is None:
             raise CommandError("the use model is not installed")
-        texts, labels = software_training.training_texts()
-        w, b = software_training.train(provider)
+        texts, x, labels = software_training.training_data(provider)
+        w, b = software_training.fit(x, labels)
         target = software.path_for(provider.model_id)
         self.stdout.write(f"{len(texts)} texts ({sum(labels)} software work), bias {b:.4f}")
         if options["write"]:
