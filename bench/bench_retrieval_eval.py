@@ -39,6 +39,7 @@ EVAL_4 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_4.jsonl"
 EVAL_5 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_5.jsonl"
 PROBES = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_offtopic_probes.jsonl"
 PROBES_2 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_offtopic_probes_2.jsonl"
+PROBES_3 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_offtopic_probes_3.jsonl"
 SINGLE = {"text only": ("text",), "vector only": ("vector",), "tags only": ("tags",)}
 
 
@@ -145,18 +146,19 @@ def table(models: list[str]) -> None:
                     empty, total = evaluation.empty_answers(evaluation.EvalSet([], chosen), cached("defaults"))
                     cells.append(f"{group_name} {half} {empty}/{total}")
             print("  off-topic probes against this store, defaults, answered with nothing: " + ", ".join(cells))
-            cells = []
-            for group_name in ("everyday", "user-computing"):
-                for lang in ("en", "pt"):
-                    chosen = [
-                        p for p in evaluation.load(PROBES_2).queries if (p["group"], p["lang"]) == (group_name, lang)
-                    ]
-                    empty, total = evaluation.empty_answers(evaluation.EvalSet([], chosen), cached("defaults"))
-                    cells.append(f"{group_name} {lang} {empty}/{total}")
-            print(
-                "  second probes (all held out) against this store, defaults, answered with nothing: "
-                + ", ".join(cells)
-            )
+            for label, path in (("second", PROBES_2), ("third", PROBES_3)):
+                cells = []
+                for group_name in ("everyday", "user-computing"):
+                    for lang in ("en", "pt"):
+                        chosen = [
+                            p for p in evaluation.load(path).queries if (p["group"], p["lang"]) == (group_name, lang)
+                        ]
+                        empty, total = evaluation.empty_answers(evaluation.EvalSet([], chosen), cached("defaults"))
+                        cells.append(f"{group_name} {lang} {empty}/{total}")
+                print(
+                    f"  {label} probes (all held out) against this store, defaults, answered with nothing: "
+                    + ", ".join(cells)
+                )
 
 
 MARGINS = (-0.05, -0.03, -0.02, -0.01, 0.0, 0.005, 0.01, 0.02)

@@ -17,9 +17,14 @@ EVAL_DIR = Path(__file__).resolve().parent.parent / "tests" / "data"
 # Sets with a tuning and a held-out half (evaluation.split_of): only the tuning half trains the classifier.
 HALVES = ("retrieval_eval.jsonl", "retrieval_eval_2.jsonl", "retrieval_eval_4.jsonl", "retrieval_offtopic_probes.jsonl")
 # Sets written to be held out whole: read only so that a text they share with a training file is left out.
-HELD_WHOLE = ("retrieval_eval_3.jsonl", "retrieval_eval_5.jsonl", "retrieval_offtopic_probes_2.jsonl")
+HELD_WHOLE = (
+    "retrieval_eval_3.jsonl",
+    "retrieval_eval_5.jsonl",
+    "retrieval_offtopic_probes_2.jsonl",
+    "retrieval_offtopic_probes_3.jsonl",
+)
 # Labelled texts written for the classifier alone, by authors who saw none of the code, docs or sets.
-EXTRA = ("software_training.jsonl", "software_training_2.jsonl")
+EXTRA = ("software_training.jsonl", "software_training_2.jsonl", "software_training_3.jsonl")
 # A training text at least this close to a held-out one (cosine of their ``use`` embeddings) is the same
 # question in other words or the other language, and is left out too: blind authors converge on the same
 # everyday questions ("how often should I water a snake plant", "why is the sky blue"). Chosen by reading
