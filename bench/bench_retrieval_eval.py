@@ -7,11 +7,12 @@ theirs, per margin. Picks nothing by itself: docs/lessons.md quotes the figures 
 
     .venv/bin/python bench/bench_retrieval_eval.py [--models use e5 minilm]
 
-``--table`` prints instead, for the four evaluation sets (tests/data/retrieval_eval.jsonl, the independent
-retrieval_eval_2.jsonl, and retrieval_eval_3.jsonl and retrieval_eval_4.jsonl, written blind), R@1/R@5/MRR per query kind and half (tuning / held-out) for each single branch
-(``retrieval.search`` with only that branch: text, vector, tags) and for the defaults (every branch, the
-floor on, as ``POST /api/v1/lessons/retrieve`` answers), how many off-topic queries per half got no lesson, and
-how many of the 60 off-topic probes (tests/data/retrieval_offtopic_probes.jsonl) got none against each store:
+``--table`` prints instead, for the five evaluation sets (tests/data/retrieval_eval.jsonl, the independent
+retrieval_eval_2.jsonl, and retrieval_eval_3.jsonl to retrieval_eval_5.jsonl, written blind), R@1/R@5/MRR per
+query kind and half (tuning / held-out) for each single branch (``retrieval.search`` with only that branch:
+text, vector, tags) and for the defaults (every branch, the floor on, as ``POST /api/v1/lessons/retrieve``
+answers), how many off-topic queries per half (and per group, where a set has groups) got no lesson, and how
+many of the off-topic probes (tests/data/retrieval_offtopic_probes*.jsonl) got none against each store:
 
     .venv/bin/python bench/bench_retrieval_eval.py --table [--models use]
 """
