@@ -132,7 +132,10 @@ def _run_one(action: Any, job_id: str, *, user: Any, reason: str) -> tuple[str, 
     return ItemOutcome.DONE, ""
 
 
+@transaction.atomic
 def _finish(bulk_id: int, state: str, *, error: str = "") -> str:
+    """The final state and its audit event in one transaction: whoever sees the action finished finds it
+    audited (a page, a test), and a crash between the two cannot leave it finished but unaudited."""
     now = timezone.now()
     BulkItem.objects.filter(bulk_id=bulk_id, outcome="").update(outcome=ItemOutcome.CANCELLED)
     BulkAction.objects.filter(pk=bulk_id).update(state=state, finished_at=now, error=error)
