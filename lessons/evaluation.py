@@ -15,7 +15,7 @@ detail), with their lessons. ``tests/data/retrieval_eval_2.jsonl`` is a second s
 ``off-topic`` queries; ``retrieval_eval_3.jsonl``, ``retrieval_eval_4.jsonl`` and ``retrieval_eval_5.jsonl``
 were written blind (by authors who saw neither the code nor the other sets; set 5's off-topic queries have a
 ``group``: ``everyday``, ``user-computing`` or ``software-elsewhere``, software work no lesson of the set
-touches), and ``retrieval_offtopic_probes.jsonl`` and ``retrieval_offtopic_probes_2.jsonl`` hold off-topic
+touches), and ``retrieval_offtopic_probes.jsonl``, ``_2`` and ``_3`` hold off-topic
 queries only, each with a ``group`` (``everyday`` or ``user-computing``), run against every set's store. A
 query's half is its ``split`` (``heldout-2`` counts as held out) or, for the
 original queries that have none, a hash of its id (``split_of``).

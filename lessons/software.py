@@ -8,8 +8,8 @@ written down:
   sentences and ``lessons/data/software_negatives.txt``;
 - and the labelled texts of ``lessons/data/software_training*.jsonl`` (software work, user computing, everyday).
 
-A held-out half, and sets 3 and 5 and the second probes (held out whole), are never trained on; nor is a
-text within a cosine of 0.75 of a held-out one (docs/lessons.md#software-work). Full-batch
+A held-out half, and sets 3 and 5 and the second and third probes (held out whole), are never trained
+on; nor is a text within a cosine of 0.75 of a held-out one (docs/lessons.md#software-work). Full-batch
 gradient descent from zero weights with balanced class weights: the same data gives the same weights.
 ``retrieval.floor_check`` empties the answer when the score (a logit) is below
 ``RETRIEVAL_FLOOR_SOFTWARE_MIN``.

@@ -23,7 +23,7 @@ HELD_WHOLE = (
     "retrieval_offtopic_probes_2.jsonl",
     "retrieval_offtopic_probes_3.jsonl",
 )
-# Labelled texts written for the classifier alone, by authors who saw none of the code, docs or sets.
+# Labelled texts written for the classifier alone (docs/lessons.md#software-work says by whom).
 EXTRA = ("software_training.jsonl", "software_training_2.jsonl", "software_training_3.jsonl")
 # A training text at least this close to a held-out one (cosine of their ``use`` embeddings) is the same
 # question in other words or the other language, and is left out too: blind authors converge on the same
