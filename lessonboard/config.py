@@ -1111,7 +1111,7 @@ VARS: tuple[Var, ...] = (
     Var(
         "LESSONBOARD_RETRIEVAL_FLOOR_SOFTWARE_MIN",
         "number",
-        default=-1.5,
+        default=-1.25,
         minimum=-100.0,
         maximum=100.0,
         section="lessons",
