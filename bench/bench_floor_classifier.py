@@ -6,8 +6,8 @@ classifier trains on (the tuning halves of sets 1, 2 and 4 and of the first prob
 
 - out-of-fold scores (5 folds by a hash of the text; each text scored by a model trained without it), and
   per threshold how many off-topic tasks (and probe runs) are still answered and how many on-topic tasks
-  found in the first five are lost; the adopted rule is the loosest threshold with none lost and the fewest
-  answered;
+  found in the first five are lost; the thresholds with none lost and the fewest answered form a band, and
+  the current default stays when it lies in it (else the loosest of the band is taken);
 - with one set left out of training at a time, how many of that set's on-topic tasks score below the
   threshold (does it carry to domains it has not seen?);
 
