@@ -50,13 +50,12 @@ def held_out_texts() -> list[str]:
 def training_texts() -> tuple[list[str], list[int]]:
     """(texts, labels: 1 software work, 0 not), deduplicated, in a fixed order; no text that is also held
     out (``training_data`` also leaves out the near copies)."""
-    loaded = {name: evaluation.load(EVAL_DIR / name).queries for name in HALVES}
     # A held-out text is left out wherever it appears (two authors wrote the same off-topic question once).
     held = set(held_out_texts())
     texts: dict[str, int] = {}
-    for queries in loaded.values():
-        for query in queries:
-            if query["query"] not in held:
+    for name in HALVES:
+        for query in evaluation.load(EVAL_DIR / name).queries:
+            if evaluation.split_of(query) == "tune" and query["query"] not in held:
                 texts.setdefault(query["query"], 1 if query["relevant"] else 0)
     sentences = [*retrieval.background_sentences(), *_lines(DATA / "software_negatives.txt")]
     for sentence in sentences:
