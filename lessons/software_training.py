@@ -24,7 +24,12 @@ HELD_WHOLE = (
     "retrieval_offtopic_probes_3.jsonl",
 )
 # Labelled texts written for the classifier alone (docs/lessons.md#software-work says by whom).
-EXTRA = ("software_training.jsonl", "software_training_2.jsonl", "software_training_3.jsonl")
+EXTRA = (
+    "software_training.jsonl",
+    "software_training_2.jsonl",
+    "software_training_3.jsonl",
+    "software_training_4.jsonl",
+)
 # A training text at least this close to a held-out one (cosine of their ``use`` embeddings) is the same
 # question in other words or the other language, and is left out too: blind authors converge on the same
 # everyday questions ("how often should I water a snake plant", "why is the sky blue"). Chosen by reading
