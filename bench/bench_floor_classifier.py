@@ -13,13 +13,14 @@ classifier trains on (the tuning halves of sets 1, 2 and 4 and of the first prob
 
 and, on everything held out (those sets' held-out halves; sets 3 and 5 and the second and third probes
 whole), the same counts with no classifier and with the shipped one at LESSONBOARD_RETRIEVAL_FLOOR_SOFTWARE_MIN,
-per set, kind and group:
+per set, kind and group. One local model's classifier (its retrieval defaults and its own threshold):
 
-    .venv/bin/python bench/bench_floor_classifier.py
+    .venv/bin/python bench/bench_floor_classifier.py [--model use|e5|minilm]
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import hashlib
 from typing import Any
@@ -90,7 +91,11 @@ def counts(rows: dict[str, list[dict[str, Any]]], halves: set[str], keep: Any) -
 
 
 def main() -> None:
-    bre.use_model("use")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("use", "e5", "minilm"), default="use")
+    args = parser.parse_args()
+    bre.use_model(args.model)
+    settings.EMBEDDING_E5_ENGINE = "onnx"  # the engine the e5 classifier is trained for
     provider = embeddings.provider()
     assert provider is not None
     rows = collect()
@@ -109,6 +114,7 @@ def main() -> None:
         for row in set_rows:
             score_of.setdefault(row["text"], float(row["vector"] @ w_all + b_all))
     auc = float((oof[y == 1][:, None] > oof[y == 0][None, :]).mean())
+    print(f"{provider.model_id}, threshold {settings.RETRIEVAL_FLOOR_SOFTWARE_MIN}")
     print(f"training: {len(texts)} texts ({int(y.sum())} software work); out-of-fold AUC {auc:.4f}")
     trained = {"tune"}
     base = counts(rows, trained, lambda row: True)

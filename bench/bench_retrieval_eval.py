@@ -57,6 +57,7 @@ def use_model(model: str) -> None:
     settings.RETRIEVAL_FLOOR_MARGIN_AGREE = settings.LESSONS_MODEL_DEFAULTS[model].get(
         "floor_margin_agree", settings.RETRIEVAL_FLOOR_MARGIN
     )
+    settings.RETRIEVAL_FLOOR_SOFTWARE_MIN = settings.LESSONS_MODEL_DEFAULTS[model]["software_min"]
 
 
 def load_set(data: evaluation.EvalSet) -> dict[str, int]:

