@@ -4,13 +4,14 @@ half, and the sets written held out whole, never (docs/lessons.md#software-work)
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from pathlib import Path
 
 import numpy as np
 
-from lessons import embeddings, evaluation, retrieval
+from lessons import embeddings, evaluation, retrieval, software
 from lessons.software import DATA
 
 EVAL_DIR = Path(__file__).resolve().parent.parent / "tests" / "data"
@@ -125,7 +126,22 @@ def train(provider: embeddings.Provider) -> tuple[np.ndarray, float]:
     return fit(x, labels)
 
 
-def dump(w: np.ndarray, b: float) -> bytes:
+def digest(texts: list[str], labels: list[int]) -> str:
+    """What a classifier was trained on, as a sha256: kept beside its weights, so a test can tell that every
+    model's file still matches the repository's data without embedding it all again with each model."""
+    return hashlib.sha256(json.dumps([texts, list(map(int, labels))], ensure_ascii=False).encode()).hexdigest()
+
+
+def dump(w: np.ndarray, b: float, data: str) -> bytes:
     buffer = io.BytesIO()
-    np.savez(buffer, w=w, b=np.float64(b))
+    np.savez(buffer, w=w, b=np.float64(b), data=np.str_(data))
     return buffer.getvalue()
+
+
+def trained_on(model_id: str) -> str | None:
+    """The ``digest`` a shipped classifier file records, or None (no file)."""
+    try:
+        with np.load(software.path_for(model_id), allow_pickle=False) as data:
+            return str(data["data"]) if "data" in data else ""
+    except OSError:
+        return None

@@ -125,7 +125,9 @@ class Command(BaseCommand):
         target = software.path_for(provider.model_id)
         self.stdout.write(f"{len(texts)} texts ({sum(labels)} software work), bias {b:.4f}")
         if options["write"]:
-            files.write_atomic(target, software_training.dump(w, b), mode=0o644)
+            files.write_atomic(
+                target, software_training.dump(w, b, software_training.digest(texts, labels)), mode=0o644
+            )
             self.stdout.write(f"wrote {target}")
 
     @staticmethod
