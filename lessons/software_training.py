@@ -101,22 +101,15 @@ def fit(x: np.ndarray, labels: list[int] | np.ndarray) -> tuple[np.ndarray, floa
     return w.astype(np.float32), b
 
 
-def near_copies(texts: list[str], x_use: np.ndarray) -> np.ndarray:
-    """For each text (its unit ``use`` embedding a row of ``x_use``), whether it is within ``NEAR`` of a
-    held-out text."""
-    use = embeddings.load("local", "use")
-    assert use is not None
-    return np.asarray((x_use @ embed(use, held_out_texts()).T).max(axis=1) >= NEAR)
-
-
 def training_data(provider: embeddings.Provider) -> tuple[list[str], np.ndarray, list[int]]:
     """(texts, their unit embeddings by ``provider``, labels): ``training_texts`` less any within ``NEAR`` of a
     held-out text (by ``use``, whatever ``provider`` is)."""
     texts, labels = training_texts()
     x = embed(provider, texts)
-    is_use = provider.model_id == embeddings.USEProvider.model_id
-    use = None if is_use else embeddings.load("local", "use")
-    near = near_copies(texts, x if use is None else embed(use, texts))
+    use = provider if provider.model_id == embeddings.USEProvider.model_id else embeddings.load("local", "use")
+    assert use is not None
+    x_use = x if use is provider else embed(use, texts)
+    near = (x_use @ embed(use, held_out_texts()).T).max(axis=1) >= NEAR
     keep = [i for i in range(len(texts)) if not near[i]]
     return [texts[i] for i in keep], x[keep], [labels[i] for i in keep]
 
