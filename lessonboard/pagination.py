@@ -22,14 +22,18 @@ def encode_cursor(when: datetime, pk: Any) -> str:
     return base64.urlsafe_b64encode(f"{when.isoformat()}|{pk}".encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, str] | None:
-    """``None`` for a cursor that does not decode (a hand-edited URL starts from the top)."""
+def decode_cursor(cursor: str) -> tuple[datetime, int] | None:
+    """``None`` for a cursor that does not decode to what ``encode_cursor`` writes — a time-zone-aware
+    timestamp and an integer id (a hand-edited URL starts from the top; the API answers 400)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        when, pk = raw.rsplit("|", 1)
-        return datetime.fromisoformat(when), pk
+        text, pk = raw.rsplit("|", 1)
+        when = datetime.fromisoformat(text)
     except (ValueError, binascii.Error, UnicodeDecodeError):
         return None
+    if when.utcoffset() is None or not pk.isascii() or not pk.isdigit() or len(pk) > 19:
+        return None
+    return when, int(pk)
 
 
 def keyset_page(qs: QuerySet[Any], *, cursor: str | None, size: int, time_field: str, pk_field: str = "pk") -> Page:

@@ -39,6 +39,14 @@ def test_it_pages_with_a_cursor(client_as, carol):
     assert "<code>bulk.04</code>" in second and "<code>bulk.54</code>" not in second
 
 
+def test_a_crafted_cursor_starts_from_the_top_instead_of_failing(client_as, carol):
+    AuditEvent.record("bulk.only")
+    crafted = "MjAyNC0wMS0wMVQwMDowMDowMCswMDowMHxhYmM"  # base64 of "<time>|abc": decodes, not an id (was a 500)
+    page = client_as(carol).get(f"/audit/?after={crafted}")
+    assert page.status_code == 200
+    assert "<code>bulk.only</code>" in page.content.decode()
+
+
 def test_event_text_is_escaped(client_as, carol):
     AuditEvent.record("x", reason="<script>alert(1)</script>")
     body = client_as(carol).get("/audit/").content.decode()

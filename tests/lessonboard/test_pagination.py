@@ -34,4 +34,27 @@ def test_a_garbled_cursor_starts_from_the_top():
 
 def test_cursors_round_trip():
     now = timezone.now()
-    assert decode_cursor(encode_cursor(now, 42)) == (now, "42")
+    assert decode_cursor(encode_cursor(now, 42)) == (now, 42)
+
+
+def _raw(text: str) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "2024-01-01T00:00:00+00:00|abc",  # not an id
+        "2024-01-01T00:00:00+00:00|-1",
+        "2024-01-01T00:00:00+00:00|99999999999999999999",  # past bigint
+        "2024-01-01T00:00:00|7",  # no time zone
+        "not a time|7",
+    ],
+)
+def test_a_crafted_cursor_does_not_decode_and_the_page_starts_from_the_top(raw):
+    AuditEvent.objects.create(action="x")
+    assert decode_cursor(_raw(raw)) is None
+    page = keyset_page(AuditEvent.objects.all(), cursor=_raw(raw), size=5, time_field="created_at", pk_field="id")
+    assert [e.action for e in page.rows] == ["x"]
