@@ -3,7 +3,8 @@ the memory API: get, list, update, archive/restore, delete (a tombstone), share,
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
@@ -21,7 +22,15 @@ from lessons import retrieval
 from lessons.language import clean_code
 from lessons.models import Lesson, LessonScope, LessonStatus
 from lessons.rendering import lesson_json, memory_block
-from lessons.store import edit_lesson, persist_lesson, persist_manual, record_use, set_scope, set_status
+from lessons.store import (
+    LessonStateError,
+    edit_lesson,
+    persist_lesson,
+    persist_manual,
+    record_use,
+    set_scope,
+    set_status,
+)
 from lessons.usage.log import record_retrieval
 from lessons.usage.outcomes import OutcomeError, report_outcome
 
@@ -381,22 +390,30 @@ def get_lesson(request: HttpRequest) -> JsonResponse:
     lesson = _readable(token, body.id)
     answer: dict[str, Any] = {"lesson": lesson_json(lesson), "versions": None}
     if body.history:
-        answer["versions"] = _versions(lesson)
+        answer["versions"] = _versions(lesson, token)
     return JsonResponse(answer)
 
 
-def _versions(lesson: Lesson) -> list[dict[str, Any]]:
+def _versions(lesson: Lesson, token: AgentToken) -> list[dict[str, Any]]:
+    """The lesson's versions, newest first. A token of another workspace (the lesson is shared) sees only
+    the versions since it was last shared, with each actor reduced to its kind (``token``, ``user``): what
+    the lesson said while it was its workspace's own, and who there changed it, stay that workspace's."""
+    versions = list(lesson.versions.order_by("-number"))
+    owner = _owned_by_token(token, lesson)
+    if not owner:
+        private = next((n for n, v in enumerate(versions) if v.snapshot.get("scope") != LessonScope.SHARED), None)
+        versions = versions[:private]
     return [
         {
             "number": v.number,
             "action": v.action,
-            "actor": v.actor,
+            "actor": v.actor if owner else v.actor.split(":", 1)[0],
             "reason": v.reason,
-            "source_job_id": v.source_job_id,
+            "source_job_id": v.source_job_id if owner else None,
             "created_at": v.created_at.isoformat(),
             "snapshot": v.snapshot,
         }
-        for v in lesson.versions.order_by("-number")
+        for v in versions
     ]
 
 
@@ -444,7 +461,8 @@ UPDATABLE = ("situation", "mistake", "correction", "tags", "trigger", "lang", "c
 )
 def update_lesson(request: HttpRequest) -> JsonResponse:
     """``{id, situation, mistake, correction, tags, trigger, lang, confidence, reason}`` → the lesson after
-    the change, as a new version (the pages' edit). A deleted lesson is restored first (409)."""
+    the change, as a new version (the pages' edit); ``changed: false`` and no version when every value given
+    is the lesson's already. A deleted lesson is restored first (409)."""
     body = validated(UpdateLessonBody, json_body(request, max_bytes=1024 * 1024))
     token: AgentToken = request.agent_token  # type: ignore[attr-defined]
     given = {name: getattr(body, name) for name in UPDATABLE if getattr(body, name) is not None}
@@ -455,10 +473,11 @@ def update_lesson(request: HttpRequest) -> JsonResponse:
     if "tags" in given:
         given["tags"] = [t.strip().lower() for t in given["tags"] if t.strip()]
     lesson = _changeable(token, body.id)
-    if lesson.status == LessonStatus.DELETED:
-        raise ApiError(f"lesson {body.id} is deleted: restore it before changing it", status=409, field="id")
-    with transaction.atomic():  # the action and its audit event commit together
+    latest = _latest_version(lesson)
+    with transaction.atomic(), _conflict():  # the action and its audit event commit together
         edit_lesson(lesson, actor=f"token:{token.name}", reason=body.reason, **given)
+        if _latest_version(lesson) == latest:  # every value given was the lesson's already
+            return _changed(lesson, False)
         AuditEvent.record(
             "lesson.edit",
             token=token,
@@ -470,15 +489,26 @@ def update_lesson(request: HttpRequest) -> JsonResponse:
     return _changed(lesson, True)
 
 
-def _status_action(request: HttpRequest, status: str, event: str, *, allowed_from: tuple[str, ...]) -> JsonResponse:
+def _latest_version(lesson: Lesson) -> int | None:
+    return lesson.versions.order_by("-number").values_list("number", flat=True).first()
+
+
+@contextmanager
+def _conflict() -> Iterator[None]:
+    """A change the lesson's status does not allow (``store.LessonStateError``) is a 409 naming ``id``."""
+    try:
+        yield
+    except LessonStateError as exc:
+        raise ApiError(str(exc), status=409, field="id") from exc
+
+
+def _status_action(request: HttpRequest, status: str, event: str) -> JsonResponse:
     body = validated(LessonActionBody, json_body(request, max_bytes=16 * 1024))
     token: AgentToken = request.agent_token  # type: ignore[attr-defined]
     lesson = _changeable(token, body.id)
     if lesson.status == status:
         return _changed(lesson, False)
-    if lesson.status not in allowed_from:
-        raise ApiError(f"lesson {body.id} is {lesson.status}; it cannot become {status}", status=409, field="id")
-    with transaction.atomic():  # the action and its audit event commit together
+    with transaction.atomic(), _conflict():  # the action and its audit event commit together
         set_status(lesson, status, actor=f"token:{token.name}", reason=body.reason)
         AuditEvent.record(
             event,
@@ -502,9 +532,7 @@ def _status_action(request: HttpRequest, status: str, event: str, *, allowed_fro
 )
 def archive_lesson(request: HttpRequest) -> JsonResponse:
     """``{id, reason}``: an active (or superseded) lesson is archived, a new version; a deleted one is 409."""
-    return _status_action(
-        request, LessonStatus.ARCHIVED, "lesson.archive", allowed_from=(LessonStatus.ACTIVE, LessonStatus.SUPERSEDED)
-    )
+    return _status_action(request, LessonStatus.ARCHIVED, "lesson.archive")
 
 
 @api_view(
@@ -518,12 +546,7 @@ def archive_lesson(request: HttpRequest) -> JsonResponse:
 )
 def restore_lesson(request: HttpRequest) -> JsonResponse:
     """``{id, reason}``: the lesson is active again, a new version."""
-    return _status_action(
-        request,
-        LessonStatus.ACTIVE,
-        "lesson.unarchive",
-        allowed_from=(LessonStatus.ARCHIVED, LessonStatus.SUPERSEDED, LessonStatus.DELETED),
-    )
+    return _status_action(request, LessonStatus.ACTIVE, "lesson.unarchive")
 
 
 @api_view(
@@ -535,12 +558,7 @@ def restore_lesson(request: HttpRequest) -> JsonResponse:
 def delete_lesson(request: HttpRequest) -> JsonResponse:
     """``{id, reason}``: the lesson becomes a tombstone (status ``deleted``): never served or listed again
     unless asked for, tombstoned in chatcli's export, its history kept; ``restore`` brings it back."""
-    return _status_action(
-        request,
-        LessonStatus.DELETED,
-        "lesson.delete",
-        allowed_from=(LessonStatus.ACTIVE, LessonStatus.ARCHIVED, LessonStatus.SUPERSEDED),
-    )
+    return _status_action(request, LessonStatus.DELETED, "lesson.delete")
 
 
 @api_view(
@@ -549,19 +567,19 @@ def delete_lesson(request: HttpRequest) -> JsonResponse:
         "Share a lesson with every workspace, or take it back to its own",
         body=(LessonScopeBody,),
         responses={200: LessonChanged},
-        errors=(404,),
+        errors=(404, 409),
     ),
 )
 def scope_lesson(request: HttpRequest) -> JsonResponse:
     """``{id, scope, reason}``: ``shared`` puts the lesson in the team-wide tier (every workspace's retrieve
     finds it), ``workspace`` takes it back to its own workspace's. Only a token that may name the lesson's
-    workspace may do either (docs/lessons.md#scopes)."""
+    workspace may do either (docs/lessons.md#scopes). A deleted lesson is restored first (409)."""
     body = validated(LessonScopeBody, json_body(request, max_bytes=16 * 1024))
     token: AgentToken = request.agent_token  # type: ignore[attr-defined]
     lesson = _changeable(token, body.id)
     if lesson.scope == body.scope:
         return _changed(lesson, False)
-    with transaction.atomic():  # the action and its audit event commit together
+    with transaction.atomic(), _conflict():  # the action and its audit event commit together
         set_scope(lesson, body.scope, actor=f"token:{token.name}", reason=body.reason)
         AuditEvent.record(
             "lesson.share" if body.scope == LessonScope.SHARED else "lesson.unshare",
@@ -584,7 +602,7 @@ def lesson_history(request: HttpRequest) -> JsonResponse:
     body = validated(HistoryBody, json_body(request, max_bytes=8 * 1024))
     token: AgentToken = request.agent_token  # type: ignore[attr-defined]
     lesson = _readable(token, body.id)
-    return JsonResponse({"lesson_id": lesson.pk, "versions": _versions(lesson)})
+    return JsonResponse({"lesson_id": lesson.pk, "versions": _versions(lesson, token)})
 
 
 @api_view(

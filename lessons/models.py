@@ -220,6 +220,7 @@ class Lesson(models.Model):
             "status": self.status,
             "scope": self.scope,
             "access_count": self.access_count,
+            "lang": self.lang,
         }
 
 

@@ -367,6 +367,25 @@ def persist_manual(
 
 
 # --- curation: every change is a version --------------------------------------------------------------
+class LessonStateError(ValueError):
+    """The change does not apply to the lesson as it stands: a deleted lesson (a tombstone) is restored
+    before it is edited or shared, and archiving is for an active or superseded lesson. The API answers
+    409, the pages an error message; the check runs under the row lock, so it holds against a race."""
+
+
+# Which statuses each status may be reached from (set_status).
+ALLOWED_FROM: dict[str, tuple[str, ...]] = {
+    LessonStatus.ARCHIVED: (LessonStatus.ACTIVE, LessonStatus.SUPERSEDED),
+    LessonStatus.DELETED: (LessonStatus.ACTIVE, LessonStatus.ARCHIVED, LessonStatus.SUPERSEDED),
+    LessonStatus.ACTIVE: (LessonStatus.ARCHIVED, LessonStatus.SUPERSEDED, LessonStatus.DELETED),
+}
+
+
+def _not_deleted(lesson: Lesson, doing: str) -> None:
+    if lesson.status == LessonStatus.DELETED:
+        raise LessonStateError(f"lesson {lesson.pk} is deleted: restore it before {doing} it")
+
+
 def _apply_fields(lesson: Lesson, fields: dict[str, Any]) -> bool:
     """Set the text fields and recompute content/fact id; True when the embedded text changed."""
     before = lesson.embedding_text()
@@ -400,7 +419,11 @@ def edit_lesson(
     reason: str = "",
     lang: str | None = None,
 ) -> Lesson:
+    """The lesson with the given fields changed, as a new version; nothing is written (no version) when
+    every given value is what the lesson already has. A deleted lesson raises ``LessonStateError``."""
     lesson = Lesson.objects.select_for_update().get(pk=lesson.pk)
+    _not_deleted(lesson, "changing")
+    before = lesson.snapshot()
     changed = _apply_fields(
         lesson,
         {
@@ -413,6 +436,8 @@ def edit_lesson(
             "lang": lang,
         },
     )
+    if lesson.snapshot() == before:
+        return Lesson.objects.get(pk=lesson.pk)  # as stored: nothing to record
     lesson.updated_at = timezone.now()
     lesson.save()
     record_version(lesson, VersionAction.EDIT, actor=actor, user=user, reason=reason)
@@ -431,8 +456,11 @@ _STATUS_ACTIONS = {
 @transaction.atomic
 def set_status(lesson: Lesson, status: str, *, actor: str, user: Any = None, reason: str = "") -> Lesson:
     """Archive (``archived``), delete (``deleted``: a tombstone, docs/lessons.md#memory-api) or bring back
-    (``active``) a lesson: a new version each time."""
+    (``active``) a lesson: a new version each time. A change ``ALLOWED_FROM`` does not list raises
+    ``LessonStateError`` (a lesson already in ``status`` too: there is nothing to record)."""
     lesson = Lesson.objects.select_for_update().get(pk=lesson.pk)
+    if lesson.status not in ALLOWED_FROM[LessonStatus(status)]:
+        raise LessonStateError(f"lesson {lesson.pk} is {lesson.status}; it cannot become {status}")
     lesson.status = status
     if status == LessonStatus.ACTIVE:
         lesson.superseded_by = None
@@ -445,8 +473,10 @@ def set_status(lesson: Lesson, status: str, *, actor: str, user: Any = None, rea
 @transaction.atomic
 def set_scope(lesson: Lesson, scope: str, *, actor: str, user: Any = None, reason: str = "") -> Lesson:
     """Promote a lesson to the shared tier (``shared``: served to every workspace) or take it back to its
-    workspace's (``workspace``): a new version (docs/lessons.md#scopes)."""
+    workspace's (``workspace``): a new version (docs/lessons.md#scopes). A deleted lesson raises
+    ``LessonStateError``: sharing a tombstone would show it to every workspace."""
     lesson = Lesson.objects.select_for_update().get(pk=lesson.pk)
+    _not_deleted(lesson, "sharing or unsharing")
     lesson.scope = scope
     lesson.updated_at = timezone.now()
     lesson.save(update_fields=["scope", "updated_at"])
@@ -497,6 +527,8 @@ def merge_lessons(
         raise ValueError("cannot merge a lesson with itself")
     keep = Lesson.objects.select_for_update().get(pk=keep.pk)
     other = Lesson.objects.select_for_update().get(pk=other.pk)
+    _not_deleted(keep, "merging into")
+    _not_deleted(other, "merging")
     merged_tags = tags if tags is not None else [*keep.tags, *(t for t in other.tags if t not in keep.tags)]
     _apply_fields(
         keep,

@@ -25,7 +25,15 @@ from lessonboard.timeouts import statement_timeout
 from lessons import doc2query, embeddings, retrieval
 from lessons.forms import LessonEditForm, ManualLessonForm, MergeForm, SearchForm, split_tags
 from lessons.models import Lesson, LessonScope, LessonStatus, LessonVersion
-from lessons.store import edit_lesson, merge_lessons, persist_manual, restore_version, set_scope, set_status
+from lessons.store import (
+    LessonStateError,
+    edit_lesson,
+    merge_lessons,
+    persist_manual,
+    restore_version,
+    set_scope,
+    set_status,
+)
 from lessons.usage.models import LessonUsage
 
 EDIT_PERM = "lessonboard.review_memory"
@@ -199,33 +207,25 @@ def detail_page(request: HttpRequest, pk: int) -> HttpResponse:
 @require_perm(EDIT_PERM)
 def edit_page(request: HttpRequest, pk: int) -> HttpResponse:
     lesson = get_object_or_404(Lesson, pk=pk)
+    if lesson.status == LessonStatus.DELETED:
+        messages.error(request, "This lesson is deleted: make it active again before editing it.")
+        return redirect("lessons:detail", pk=pk)
     if request.method == "POST":
         form = LessonEditForm(request.POST)
         if form.is_valid():
             data = form.cleaned_data
-            with transaction.atomic():  # the action and its audit event commit together
-                edit_lesson(
-                    lesson,
-                    situation=data["situation"],
-                    mistake=data["mistake"],
-                    correction=data["correction"],
-                    tags=data["tags"],
-                    trigger=data["trigger"],
-                    confidence=data["confidence"],
-                    actor=_actor(request),
-                    user=request.user,
-                    reason=data["reason"],
-                    lang=data["lang"],
-                )
-                AuditEvent.record(
-                    "lesson.edit",
-                    user=request.user,
-                    object_type="lesson",
-                    object_ids=[lesson.pk],
-                    reason=data["reason"],
-                )
-            messages.success(request, "Lesson saved as a new version.")
-            return redirect("lessons:detail", pk=lesson.pk)
+            latest = lesson.versions.order_by("-number").values_list("number", flat=True).first()
+            try:
+                with transaction.atomic():  # the action and its audit event commit together
+                    edited = _edit(request, lesson, data, latest)
+            except LessonStateError as exc:
+                messages.error(request, str(exc))
+                return redirect("lessons:detail", pk=pk)
+            if edited:
+                messages.success(request, "Lesson saved as a new version.")
+            else:
+                messages.info(request, "Nothing changed: no new version.")
+            return redirect("lessons:detail", pk=pk)
     else:
         form = LessonEditForm(
             initial={
@@ -241,6 +241,29 @@ def edit_page(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "lessons/edit.html", {"lesson": lesson, "form": form})
 
 
+def _edit(request: HttpRequest, lesson: Lesson, data: dict[str, Any], latest: int | None) -> bool:
+    """The edit form's change and its audit event; False when it changed nothing (no version written)."""
+    edit_lesson(
+        lesson,
+        situation=data["situation"],
+        mistake=data["mistake"],
+        correction=data["correction"],
+        tags=data["tags"],
+        trigger=data["trigger"],
+        confidence=data["confidence"],
+        actor=_actor(request),
+        user=request.user,
+        reason=data["reason"],
+        lang=data["lang"],
+    )
+    if lesson.versions.order_by("-number").values_list("number", flat=True).first() == latest:
+        return False
+    AuditEvent.record(
+        "lesson.edit", user=request.user, object_type="lesson", object_ids=[lesson.pk], reason=data["reason"]
+    )
+    return True
+
+
 @require_POST
 @require_perm(EDIT_PERM)
 def change_status(request: HttpRequest, pk: int) -> HttpResponse:
@@ -250,15 +273,19 @@ def change_status(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, "Unknown status.")
         return redirect("lessons:detail", pk=pk)
     reason = request.POST.get("reason", "")[:2000]
-    with transaction.atomic():  # the action and its audit event commit together
-        set_status(lesson, status, actor=_actor(request), user=request.user, reason=reason)
-        AuditEvent.record(
-            f"lesson.{'archive' if status == LessonStatus.ARCHIVED else 'unarchive'}",
-            user=request.user,
-            object_type="lesson",
-            object_ids=[pk],
-            reason=reason,
-        )
+    try:
+        with transaction.atomic():  # the action and its audit event commit together
+            set_status(lesson, status, actor=_actor(request), user=request.user, reason=reason)
+            AuditEvent.record(
+                f"lesson.{'archive' if status == LessonStatus.ARCHIVED else 'unarchive'}",
+                user=request.user,
+                object_type="lesson",
+                object_ids=[pk],
+                reason=reason,
+            )
+    except LessonStateError as exc:  # already so, or a deleted lesson to archive: nothing recorded
+        messages.error(request, str(exc))
+        return redirect("lessons:detail", pk=pk)
     messages.success(request, "Lesson archived." if status == LessonStatus.ARCHIVED else "Lesson is active again.")
     return redirect("lessons:detail", pk=pk)
 
@@ -274,15 +301,19 @@ def change_scope(request: HttpRequest, pk: int) -> HttpResponse:
         return redirect("lessons:detail", pk=pk)
     if scope != lesson.scope:
         reason = request.POST.get("reason", "")[:2000]
-        with transaction.atomic():  # the action and its audit event commit together
-            set_scope(lesson, scope, actor=_actor(request), user=request.user, reason=reason)
-            AuditEvent.record(
-                "lesson.share" if scope == LessonScope.SHARED else "lesson.unshare",
-                user=request.user,
-                object_type="lesson",
-                object_ids=[pk],
-                reason=reason,
-            )
+        try:
+            with transaction.atomic():  # the action and its audit event commit together
+                set_scope(lesson, scope, actor=_actor(request), user=request.user, reason=reason)
+                AuditEvent.record(
+                    "lesson.share" if scope == LessonScope.SHARED else "lesson.unshare",
+                    user=request.user,
+                    object_type="lesson",
+                    object_ids=[pk],
+                    reason=reason,
+                )
+        except LessonStateError as exc:
+            messages.error(request, str(exc))
+            return redirect("lessons:detail", pk=pk)
     shared = scope == LessonScope.SHARED
     messages.success(request, "Lesson shared with every workspace." if shared else "Lesson kept in its workspace.")
     return redirect("lessons:detail", pk=pk)
@@ -312,14 +343,20 @@ def merge_page(request: HttpRequest) -> HttpResponse:
         other = Lesson.objects.filter(pk=form.cleaned_data["other"]).first()
         if keep is None or other is None:
             form.add_error(None, "both lessons must exist")
+        elif LessonStatus.DELETED in (keep.status, other.status):
+            form.add_error(None, "a deleted lesson cannot be merged: make it active again first")
         elif request.method == "POST":
-            with transaction.atomic():  # the action and its audit event commit together
-                merged = merge_lessons(
-                    keep, other, actor=_actor(request), user=request.user, reason=form.cleaned_data["reason"]
-                )
-                AuditEvent.record(
-                    "lesson.merge", user=request.user, object_type="lesson", object_ids=[keep.pk, other.pk]
-                )
-            messages.success(request, f"Lesson #{other.pk} merged into #{merged.pk}.")
-            return redirect("lessons:detail", pk=merged.pk)
+            try:
+                with transaction.atomic():  # the action and its audit event commit together
+                    merged = merge_lessons(
+                        keep, other, actor=_actor(request), user=request.user, reason=form.cleaned_data["reason"]
+                    )
+                    AuditEvent.record(
+                        "lesson.merge", user=request.user, object_type="lesson", object_ids=[keep.pk, other.pk]
+                    )
+            except LessonStateError as exc:  # deleted since the check above
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, f"Lesson #{other.pk} merged into #{merged.pk}.")
+                return redirect("lessons:detail", pk=merged.pk)
     return render(request, "lessons/merge.html", {"form": form, "keep": keep, "other": other})

@@ -135,6 +135,47 @@ def test_it_lets_a_reviewer_edit_archive_restore_and_merge(client_as, bob, lesso
     assert Lesson.objects.filter(trigger="manual", situation="always run the focused test first").exists()
 
 
+EDIT_FORM = {
+    "situation": "bulk payments API calls",
+    "mistake": "retried at once",
+    "correction": "use backoff",
+    "tags": "http, 429",
+    "trigger": "error",
+    "confidence": "0.6",
+    "lang": "en",
+    "reason": "",
+}
+
+
+def test_the_pages_keep_the_apis_rules_for_a_deleted_lesson(client_as, bob, lesson):
+    """A tombstone is made active again before it is edited, shared, archived or merged — on the pages as over
+    the API (each refusal changes nothing and writes no version)."""
+    from lessons.store import set_status
+
+    set_status(lesson, LessonStatus.DELETED, actor="user:bob")
+    client = client_as(bob)
+    page = client.get(f"/lessons/{lesson.pk}/").content.decode()
+    assert f"/lessons/{lesson.pk}/edit" not in page and "Share with every workspace" not in page
+    assert "Make active again" in page
+    assert client.get(f"/lessons/{lesson.pk}/edit").status_code == 302
+    assert client.post(f"/lessons/{lesson.pk}/edit", EDIT_FORM).status_code == 302
+    assert client.post(f"/lessons/{lesson.pk}/scope", {"scope": "shared"}).status_code == 302
+    assert client.post(f"/lessons/{lesson.pk}/status", {"status": "archived"}).status_code == 302
+    followed = client.get(f"/lessons/{lesson.pk}/").content.decode()
+    assert followed.count("is deleted") >= 3  # the refusals' messages
+    other = persist_lesson(situation="git rebase went wrong", mistake="", correction="use reflog", tags=[], trigger="e")
+    merge = client.post("/lessons/merge", {"keep": other.lesson.pk, "other": lesson.pk})
+    assert merge.status_code == 200 and "a deleted lesson cannot be merged" in merge.content.decode()
+    lesson.refresh_from_db()
+    assert (lesson.status, lesson.scope, lesson.correction) == ("deleted", "workspace", "back off on HTTP 429 with jitter")
+    assert [v.action for v in lesson.versions.order_by("number")] == ["create", "delete"]
+    # Made active again, it can be edited; saving the form unchanged writes no version.
+    assert client.post(f"/lessons/{lesson.pk}/status", {"status": "active"}).status_code == 302
+    assert client.post(f"/lessons/{lesson.pk}/edit", EDIT_FORM).status_code == 302
+    assert client.post(f"/lessons/{lesson.pk}/edit", EDIT_FORM).status_code == 302
+    assert [v.action for v in lesson.versions.order_by("number")] == ["create", "delete", "restore", "edit"]
+
+
 def test_it_counts_lessons_on_the_overview(client_as, carol, lesson):
     html = client_as(carol).get("/").content.decode()
     assert "Active lessons" in html and 'href="/lessons/"' in html

@@ -161,8 +161,46 @@ def test_update_archive_restore_delete_and_history_over_the_api(api: ApiClient, 
     assert [v["action"] for v in history["versions"]] == ["delete", "restore", "archive", "edit", "create"]
     assert history["versions"][0]["reason"] == "wrong" and history["versions"][0]["actor"] == "token:test-agent"
     assert history["versions"][3]["snapshot"]["correction"] == "pin the kafka client to 3.7"
+    # A tombstone is restored before it is shared: sharing it would show it to every workspace.
+    shared = api.post("/api/v1/lessons/scope", {"id": lesson.pk, "scope": "shared"})
+    assert (shared.status_code, shared.json()["field"]) == (409, "id")
+    assert Lesson.objects.get(pk=lesson.pk).scope == "workspace"
     api.post("/api/v1/lessons/restore", {"id": lesson.pk})
     assert ids(api.post(RETRIEVE, {"task": TASK, "workspace": "shop"})) == [lesson.pk]
+
+
+def test_an_update_that_changes_nothing_writes_no_version_and_says_so(api: ApiClient) -> None:
+    lesson = lesson_in(WorkspaceFactory(slug="shop"), "pin the kafka client version")
+    same = api.post("/api/v1/lessons/update", {"id": lesson.pk, "correction": lesson.correction, "tags": []})
+    assert same.status_code == 200, same.content
+    assert (same.json()["changed"], same.json()["version"]) == (False, None)
+    assert lesson.versions.count() == 1
+    assert not AuditEvent.objects.filter(action="lesson.edit").exists()
+    # The language alone is a change, and a version records it (restoring that version brings it back).
+    named = api.post("/api/v1/lessons/update", {"id": lesson.pk, "lang": "pt"}).json()
+    assert (named["changed"], named["version"], named["lesson"]["lang"]) == (True, 2, "pt")
+    assert lesson.versions.get(number=2).snapshot["lang"] == "pt"
+
+
+def test_another_workspace_reads_a_shared_lessons_history_only_since_it_was_shared(two: dict[str, Any]) -> None:
+    a, client_a, client_b = two["a"], two["client_a"], two["client_b"]
+    client_a.post("/api/v1/lessons/update", {"id": a.pk, "correction": "internal: ask ops-oncall in #kafka-private"})
+    client_a.post("/api/v1/lessons/update", {"id": a.pk, "correction": "restart the brokers one at a time"})
+    client_a.post("/api/v1/lessons/scope", {"id": a.pk, "scope": "shared", "reason": "true for every team"})
+    own = client_a.post("/api/v1/lessons/history", {"id": a.pk}).json()["versions"]
+    assert [v["action"] for v in own] == ["share", "edit", "edit", "create"]
+    assert own[0]["actor"] == "token:agent-ws-a"
+    theirs = client_b.post("/api/v1/lessons/history", {"id": a.pk}).json()["versions"]
+    assert [(v["action"], v["actor"]) for v in theirs] == [("share", "token")]
+    assert "ops-oncall" not in json.dumps(theirs)
+    got = client_b.post("/api/v1/lessons/get", {"id": a.pk, "history": True}).json()
+    assert [v["number"] for v in got["versions"]] == [4]
+    # Taken back and shared again: only what follows the second sharing.
+    client_a.post("/api/v1/lessons/scope", {"id": a.pk, "scope": "workspace"})
+    client_a.post("/api/v1/lessons/update", {"id": a.pk, "correction": "private again: ask ops-oncall"})
+    client_a.post("/api/v1/lessons/scope", {"id": a.pk, "scope": "shared"})
+    theirs = client_b.post("/api/v1/lessons/history", {"id": a.pk}).json()["versions"]
+    assert [v["action"] for v in theirs] == ["share"]
 
 
 @pytest.mark.parametrize(
@@ -179,6 +217,8 @@ def test_update_archive_restore_delete_and_history_over_the_api(api: ApiClient, 
         ("scope", {"id": 1, "scope": "team"}, "scope"),
         ("history", {"id": None}, "id"),
         ("list", {"cursor": "not-a-cursor"}, "cursor"),
+        # base64 of "<time>|abc": decodes, but its id is not one (was a 500)
+        ("list", {"cursor": "MjAyNC0wMS0wMVQwMDowMDowMCswMDowMHxhYmM"}, "cursor"),
         ("list", {"scope": "everything"}, "scope"),
         ("retrieve", {"task": "t", "scope": "team"}, "scope"),
         ("retrieve", {"task": "t", "agent_mode": "only"}, "agent"),
@@ -325,5 +365,6 @@ def test_the_migrations_move_a_refine_lesson_to_its_runs_workspace_and_write_the
     number, action, actor, reason, snapshot = after[-1]
     assert (number, action, actor) == (len(before[moved.pk]) + 1, "move", "system")
     assert "from workspace refine to billing" in reason and "refine 0005" in reason
-    assert snapshot == moved.snapshot()
+    # The fields a snapshot had when 0017 was written (a migration's frozen code; `lang` came later).
+    assert snapshot == {key: value for key, value in moved.snapshot().items() if key != "lang"}
     assert list(kept.versions.values_list("number", "action")) == before[kept.pk]  # not moved: unchanged
