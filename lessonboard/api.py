@@ -88,19 +88,7 @@ def api_view(
             if not offline:
                 token.touch()
             request.agent_token = token  # type: ignore[attr-defined]
-            try:
-                return view(request, *args, **kwargs)
-            except ApiError as exc:
-                return exc.response()
-            except inputs.BadInput as exc:
-                return error(exc.message, field=exc.field)
-            except DataError as exc:
-                # A value the database refuses (out of range, bad text) is the caller's input, not an
-                # outage: a 503 would invite endless retries of a request that can never succeed.
-                return error(f"a value in the request cannot be stored: {exc}".strip(), field="body")
-            except DatabaseError:
-                # An endpoint that needs the database while it is down: say so, never a 500.
-                return error("the database is unavailable; retry shortly", status=503)
+            return answered(view, request, *args, **kwargs)
 
         wrapper.api_view = view  # type: ignore[attr-defined]  # the undecorated view, for call_view()
         wrapper.required_scope = scope  # type: ignore[attr-defined]  # read by call_view and the permission matrix
@@ -150,6 +138,23 @@ def bearer_token(request: HttpRequest, scope: str | None) -> tuple[AgentToken, b
     return token, offline
 
 
+def answered(view: Callable[..., HttpResponse], request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    """The view's response, or its error as the API answers it (never a 500 for the caller's input)."""
+    try:
+        return view(request, *args, **kwargs)
+    except ApiError as exc:
+        return exc.response()
+    except inputs.BadInput as exc:
+        return error(exc.message, field=exc.field)
+    except DataError as exc:
+        # A value the database refuses (out of range, bad text) is the caller's input, not an
+        # outage: a 503 would invite endless retries of a request that can never succeed.
+        return error(f"a value in the request cannot be stored: {exc}".strip(), field="body")
+    except DatabaseError:
+        # An endpoint that needs the database while it is down: say so, never a 500.
+        return error("the database is unavailable; retry shortly", status=503)
+
+
 def call_view(view: Callable[..., HttpResponse], token: AgentToken, data: dict[str, Any]) -> tuple[int, Any]:
     """Run an ``@api_view`` endpoint in-process for ``token`` with ``data`` as its JSON body:
     ``(status, decoded JSON body)``. The scope check, the validation and the domain call are the
@@ -163,12 +168,7 @@ def call_view(view: Callable[..., HttpResponse], token: AgentToken, data: dict[s
     request.META = {"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body))}
     request._body = body  # HttpRequest.body reads this
     request.agent_token = token  # type: ignore[attr-defined]
-    try:
-        response = view.api_view(request)  # type: ignore[attr-defined]
-    except ApiError as exc:
-        response = exc.response()
-    except DatabaseError:
-        response = error("the database is unavailable; retry shortly", status=503)
+    response = answered(view.api_view, request)  # type: ignore[attr-defined]
     return response.status_code, json.loads(response.content or b"null")
 
 

@@ -128,8 +128,8 @@ async def get_lesson(
 
 @server.tool(
     description=(
-        "List lessons newest first, a page at a time: filter by workspace, status (active, archived, "
-        "superseded or any), tags and agent; pass the returned next_cursor as cursor for the next page."
+        "List lessons newest first, a page at a time: filter by workspace, scope, status (active, archived, "
+        "superseded, deleted or any), tags and agent; pass the returned next_cursor as cursor for the next page."
     )
 )
 async def list_lessons(
@@ -153,7 +153,8 @@ async def list_lessons(
 @server.tool(
     description=(
         "Correct a lesson by its id: give only the fields to change (situation, mistake, correction, tags, "
-        "trigger, confidence) and why. The lesson keeps every earlier version (get_lesson with history)."
+        "trigger, confidence, lang) and why. The lesson keeps every earlier version (get_lesson with history); "
+        "changed is false, and no version is written, when every value given is the lesson's already."
     )
 )
 async def update_lesson(
@@ -164,10 +165,13 @@ async def update_lesson(
     tags: Annotated[list[str] | None, Field(description="The lesson's tags (replaces them).")] = None,
     trigger: Annotated[str | None, Field(description="What triggered it (error, low_quality, manual…).")] = None,
     confidence: Annotated[float | None, Field(description="0 to 1.", ge=0.0, le=1.0)] = None,
+    lang: Annotated[
+        str | None, Field(description="The lesson's language (en, pt…; empty: detect it from the text).")
+    ] = None,
     reason: Annotated[str, Field(description="Why it changes.")] = "",
 ) -> dict[str, Any]:
     data: dict[str, Any] = {"id": id, "situation": situation, "mistake": mistake, "correction": correction}
-    data.update(tags=tags, trigger=trigger, confidence=confidence, reason=reason)
+    data.update(tags=tags, trigger=trigger, confidence=confidence, lang=lang, reason=reason)
     return await _call("lessons.api_views.update_lesson", TokenScope.FULL, data)
 
 

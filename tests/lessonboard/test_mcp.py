@@ -435,6 +435,8 @@ def test_it_updates_and_forgets_a_lesson_within_the_tokens_workspace(web: Gunico
         updated = await session.call_tool(
             "update_lesson", {"id": lesson.pk, "correction": "upgrade one major version at a time", "reason": "clearer"}
         )
+        named = await session.call_tool("update_lesson", {"id": lesson.pk, "lang": "pt"})
+        same = await session.call_tool("update_lesson", {"id": lesson.pk, "lang": "pt"})
         empty = await session.call_tool("update_lesson", {"id": lesson.pk, "situation": ""})
         nothing = await session.call_tool("update_lesson", {"id": lesson.pk})
         other = await session.call_tool("update_lesson", {"id": theirs.pk, "correction": "x"})
@@ -443,10 +445,12 @@ def test_it_updates_and_forgets_a_lesson_within_the_tokens_workspace(web: Gunico
         found = await session.call_tool("retrieve_lessons", {"task": "bumping the kafka client", "workspace": "shop"})
         listed = await session.call_tool("list_lessons", {"workspace": "shop", "status": "deleted"})
         history = await session.call_tool("get_lesson", {"id": lesson.pk, "history": True})
-        return updated, empty, nothing, other, hidden, forgotten, found, listed, history
+        return updated, named, same, empty, nothing, other, hidden, forgotten, found, listed, history
 
-    updated, empty, nothing, other, hidden, forgotten, found, listed, history = run(web.url, own, body)
+    updated, named, same, empty, nothing, other, hidden, forgotten, found, listed, history = run(web.url, own, body)
     assert structured(updated)["lesson"]["correction"] == "upgrade one major version at a time"
+    assert (structured(named)["lesson"]["lang"], structured(named)["changed"]) == ("pt", True)
+    assert (structured(same)["changed"], structured(same)["version"]) == (False, None)  # no third edit
     assert empty.is_error and "argument: situation" in empty.content[0].text
     assert nothing.is_error and "argument: body" in nothing.content[0].text
     for refused in (other, hidden):
@@ -454,7 +458,7 @@ def test_it_updates_and_forgets_a_lesson_within_the_tokens_workspace(web: Gunico
     assert structured(forgotten)["lesson"]["status"] == "deleted"
     assert structured(found)["lessons"] == []
     assert [row["id"] for row in structured(listed)["lessons"]] == [lesson.pk]
-    assert [v["action"] for v in structured(history)["versions"]] == ["delete", "edit", "create"]
+    assert [v["action"] for v in structured(history)["versions"]] == ["delete", "edit", "edit", "create"]
     assert set(AuditEvent.objects.filter(object_ids=[str(lesson.pk)]).values_list("action", flat=True)) == {
         "lesson.edit",
         "lesson.delete",
