@@ -79,7 +79,9 @@ def propose(draft: Draft, *, user: Any) -> Any:
     """Stage the (person-edited) draft as a pending lesson proposal; audited as ``queue.propose_lesson``."""
     from lessons.review.staging import stage_lesson
 
-    slug = draft.workspace or "default"  # the job named no workspace: the lesson applies everywhere
+    # The job named no workspace: the lesson goes to the `default` workspace (workspace scope, not the shared
+    # tier; a person shares it from its page when it holds for every team).
+    slug = draft.workspace or "default"
     proposal = stage_lesson(
         Workspace.objects.for_slug(slug),
         situation=draft.situation,
