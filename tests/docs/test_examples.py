@@ -122,6 +122,15 @@ def test_the_outcome_example_records_how_the_task_of_its_retrieval_went(stack: S
     assert answer == {"retrieval_id": retrieval.pk, "success": True, "lessons": []}
 
 
+def test_the_memory_example_saves_tags_and_reads_back_a_lesson_with_its_history(stack: Stack, tmp_path: Path) -> None:
+    answer = json.loads(run_ok(stack, example("agents.md", "agents-memory"), tmp_path))
+    lesson = Lesson.objects.get(pk=answer["lesson_id"])
+    assert lesson.tags == ["migrations"] and lesson.workspace is not None and lesson.workspace.slug == "shop"
+    assert [v["action"] for v in answer["versions"]] == ["edit", "create"]
+    assert answer["versions"][0]["reason"] == "findable by tag"
+    assert answer["versions"][0]["actor"] == "token:docs-examples"
+
+
 def test_the_tours_step_4_shows_the_outage_then_a_dead_job_and_its_retry(
     own_stack: Stack, tmp_path: Path, settings: Any
 ) -> None:
