@@ -32,12 +32,19 @@ DEPTH = 50
 
 
 def collect(data: evaluation.EvalSet) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
+    """Store the set's lessons, then ``rows`` for its queries."""
     ids = bre.load_set(data)
+    return ids, query_rows(data.queries)
+
+
+def query_rows(queries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per task of ``queries``, against the lessons stored now: each branch's ranking (depth 50), the
+    full-text detail and terms, the floor's verdict (margin alone) and the ten closest everyday sentences."""
     provider = embeddings.provider()
     assert provider is not None
     base = Lesson.objects.active()
     out: dict[str, dict[str, Any]] = {}
-    for query in data.queries:
+    for query in queries:
         q = query["query"]
         vector = provider.embed_query(q)
         terms, _ = retrieval.analyse_terms(q, keep_rarest=True)
@@ -56,7 +63,7 @@ def collect(data: evaluation.EvalSet) -> tuple[dict[str, int], dict[str, dict[st
             "floor": floor,
             "background": background,
         }
-    return ids, out
+    return out
 
 
 def rrf(row: dict[str, Any], wt: float, wv: float, wg: float) -> list[int]:
