@@ -42,6 +42,7 @@ RequiredText = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
 Scope = Annotated[Literal["all", "workspace", "shared"], Says("'scope' must be all, workspace or shared")]
 LessonId = Annotated[int, Field(ge=1), Says("'id' must be a positive integer lesson id")]
 Reason = Annotated[str, Field(max_length=2000)]
+HISTORY_PAGE = 100  # versions per history page, and what get with "history" returns
 
 
 class _LessonCommon(RequestModel):
@@ -96,7 +97,9 @@ class RetrieveBody(RequestModel):
 
 class GetLessonBody(RequestModel):
     id: Annotated[int, Field(ge=1), Says("'id' must be a positive integer lesson id")]
-    history: bool = Field(False, description="also every version: action, actor, reason, snapshot")
+    history: bool = Field(
+        False, description=f"also the newest {HISTORY_PAGE} versions (action, actor, reason, snapshot); more: history"
+    )
 
 
 class ListLessonsBody(RequestModel):
@@ -139,6 +142,10 @@ class LessonScopeBody(RequestModel):
 
 class HistoryBody(RequestModel):
     id: LessonId
+    limit: Annotated[int, Field(ge=1, le=1000), Says("'limit' must be an integer from 1 to 1000")] = HISTORY_PAGE
+    before: Annotated[int, Field(ge=1), Says("'before' must be a positive version number")] | None = Field(
+        None, description="only versions numbered below this (next_before of the page before)"
+    )
 
 
 class OutcomeBody(RequestModel):
@@ -205,6 +212,7 @@ class LessonVersionOut(ResponseModel):
 class LessonWithHistory(ResponseModel):
     lesson: LessonOut
     versions: list[LessonVersionOut] | None = Field(None, description='with "history": true, newest first')
+    next_before: int | None = Field(None, description="older versions exist: pass as before to the history endpoint")
 
 
 class LessonChanged(ResponseModel):
@@ -215,7 +223,8 @@ class LessonChanged(ResponseModel):
 
 class LessonHistory(ResponseModel):
     lesson_id: int
-    versions: list[LessonVersionOut] = Field(description="newest first")
+    versions: list[LessonVersionOut] = Field(description="newest first, at most limit")
+    next_before: int | None = Field(description="pass as before for the older versions; null when there are none")
 
 
 class LessonPage(ResponseModel):
@@ -388,21 +397,30 @@ def get_lesson(request: HttpRequest) -> JsonResponse:
     body = validated(GetLessonBody, json_body(request, max_bytes=8 * 1024))
     token: AgentToken = request.agent_token  # type: ignore[attr-defined]
     lesson = _readable(token, body.id)
-    answer: dict[str, Any] = {"lesson": lesson_json(lesson), "versions": None}
+    answer: dict[str, Any] = {"lesson": lesson_json(lesson), "versions": None, "next_before": None}
     if body.history:
-        answer["versions"] = _versions(lesson, token)
+        answer["versions"], answer["next_before"] = _versions(lesson, token, limit=HISTORY_PAGE)
     return JsonResponse(answer)
 
 
-def _versions(lesson: Lesson, token: AgentToken) -> list[dict[str, Any]]:
-    """The lesson's versions, newest first. A token of another workspace (the lesson is shared) sees only
-    the versions since it was last shared, with each actor reduced to its kind (``token``, ``user``): what
-    the lesson said while it was its workspace's own, and who there changed it, stay that workspace's."""
-    versions = list(lesson.versions.order_by("-number"))
+def _versions(
+    lesson: Lesson, token: AgentToken, *, limit: int, before: int | None = None
+) -> tuple[list[dict[str, Any]], int | None]:
+    """(up to ``limit`` of the lesson's versions numbered below ``before``, newest first; the ``before`` of the
+    next page, or None). A token of another workspace (the lesson is shared) sees only the versions since it
+    was last shared, with each actor reduced to its kind (``token``, ``user``): what the lesson said while it
+    was its workspace's own, and who there changed it, stay that workspace's."""
+    visible = lesson.versions.all()
     owner = _owned_by_token(token, lesson)
     if not owner:
-        private = next((n for n, v in enumerate(versions) if v.snapshot.get("scope") != LessonScope.SHARED), None)
-        versions = versions[:private]
+        scopes = lesson.versions.order_by("-number").values_list("number", "snapshot__scope")
+        private = next((number for number, scope in scopes if scope != LessonScope.SHARED), None)
+        if private is not None:
+            visible = visible.filter(number__gt=private)
+    if before is not None:
+        visible = visible.filter(number__lt=before)
+    versions = list(visible.order_by("-number")[: limit + 1])
+    next_before = versions[limit - 1].number if len(versions) > limit else None
     return [
         {
             "number": v.number,
@@ -413,8 +431,8 @@ def _versions(lesson: Lesson, token: AgentToken) -> list[dict[str, Any]]:
             "created_at": v.created_at.isoformat(),
             "snapshot": v.snapshot,
         }
-        for v in versions
-    ]
+        for v in versions[:limit]
+    ], next_before
 
 
 def _owned_by_token(token: AgentToken, lesson: Lesson) -> bool:
@@ -594,15 +612,21 @@ def scope_lesson(request: HttpRequest) -> JsonResponse:
 @api_view(
     TokenScope.FULL,
     describe=Described(
-        "A lesson's history: every version", body=(HistoryBody,), responses={200: LessonHistory}, errors=(404,)
+        "A lesson's history: its versions, a page at a time",
+        body=(HistoryBody,),
+        responses={200: LessonHistory},
+        errors=(404,),
     ),
 )
 def lesson_history(request: HttpRequest) -> JsonResponse:
-    """``{id}`` → ``{lesson_id, versions}``, newest first: action, actor, reason and the fields after it."""
+    """``{id, limit, before}`` → ``{lesson_id, versions, next_before}``: up to ``limit`` (100) versions
+    numbered below ``before``, newest first (action, actor, reason and the fields after it); ``next_before``
+    pages to the older ones."""
     body = validated(HistoryBody, json_body(request, max_bytes=8 * 1024))
     token: AgentToken = request.agent_token  # type: ignore[attr-defined]
     lesson = _readable(token, body.id)
-    return JsonResponse({"lesson_id": lesson.pk, "versions": _versions(lesson, token)})
+    versions, next_before = _versions(lesson, token, limit=body.limit, before=body.before)
+    return JsonResponse({"lesson_id": lesson.pk, "versions": versions, "next_before": next_before})
 
 
 @api_view(

@@ -182,6 +182,26 @@ def test_an_update_that_changes_nothing_writes_no_version_and_says_so(api: ApiCl
     assert lesson.versions.get(number=2).snapshot["lang"] == "pt"
 
 
+def test_history_pages_from_the_newest_version_back(api: ApiClient) -> None:
+    lesson = lesson_in(WorkspaceFactory(slug="shop"), "pin the kafka client version")
+    for n in range(4):
+        api.post("/api/v1/lessons/update", {"id": lesson.pk, "correction": f"pin the kafka client to 3.{n}"})
+    numbers, before, pages = [], None, 0
+    while True:
+        body = {"id": lesson.pk, "limit": 2, **({"before": before} if before else {})}
+        page = api.post("/api/v1/lessons/history", body).json()
+        numbers += [v["number"] for v in page["versions"]]
+        pages += 1
+        before = page["next_before"]
+        if before is None:
+            break
+    assert (numbers, pages) == ([5, 4, 3, 2, 1], 3)
+    got = api.post("/api/v1/lessons/get", {"id": lesson.pk, "history": True}).json()
+    assert ([v["number"] for v in got["versions"]], got["next_before"]) == ([5, 4, 3, 2, 1], None)
+    bad = api.post("/api/v1/lessons/history", {"id": lesson.pk, "limit": 0})
+    assert (bad.status_code, bad.json()["field"]) == (400, "limit")
+
+
 def test_another_workspace_reads_a_shared_lessons_history_only_since_it_was_shared(two: dict[str, Any]) -> None:
     a, client_a, client_b = two["a"], two["client_a"], two["client_b"]
     client_a.post("/api/v1/lessons/update", {"id": a.pk, "correction": "internal: ask ops-oncall in #kafka-private"})
@@ -199,8 +219,10 @@ def test_another_workspace_reads_a_shared_lessons_history_only_since_it_was_shar
     client_a.post("/api/v1/lessons/scope", {"id": a.pk, "scope": "workspace"})
     client_a.post("/api/v1/lessons/update", {"id": a.pk, "correction": "private again: ask ops-oncall"})
     client_a.post("/api/v1/lessons/scope", {"id": a.pk, "scope": "shared"})
-    theirs = client_b.post("/api/v1/lessons/history", {"id": a.pk}).json()["versions"]
-    assert [v["action"] for v in theirs] == ["share"]
+    theirs = client_b.post("/api/v1/lessons/history", {"id": a.pk}).json()
+    assert ([v["action"] for v in theirs["versions"]], theirs["next_before"]) == (["share"], None)
+    paged = client_b.post("/api/v1/lessons/history", {"id": a.pk, "before": theirs["versions"][0]["number"]}).json()
+    assert paged["versions"] == []  # older than the sharing: none of its business
 
 
 @pytest.mark.parametrize(
