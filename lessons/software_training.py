@@ -18,6 +18,9 @@ EVAL_DIR = Path(__file__).resolve().parent.parent / "tests" / "data"
 # Sets with a tuning and a held-out half (evaluation.split_of): only the tuning half trains the classifier.
 HALVES = ("retrieval_eval.jsonl", "retrieval_eval_2.jsonl", "retrieval_eval_4.jsonl", "retrieval_offtopic_probes.jsonl")
 # Sets written to be held out whole: read only so that a text they share with a training file is left out.
+# Set 6 (retrieval_eval_6.jsonl) came after the shipped weights and is not listed: listing it changes the
+# training texts (16 near copies) and so the weights' digest; the next retraining should add it and
+# re-measure (docs/lessons.md#set-6-written-blind-and-held-out-whole reports its figures both ways).
 HELD_WHOLE = (
     "retrieval_eval_3.jsonl",
     "retrieval_eval_5.jsonl",
