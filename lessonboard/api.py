@@ -150,7 +150,11 @@ def answered(view: Callable[..., HttpResponse], request: HttpRequest, *args: Any
         # A value the database refuses (out of range, bad text) is the caller's input, not an
         # outage: a 503 would invite endless retries of a request that can never succeed.
         return error(f"a value in the request cannot be stored: {exc}".strip(), field="body")
-    except DatabaseError:
+    except DatabaseError as exc:
+        if str(getattr(exc.__cause__, "sqlstate", "") or "").startswith("54"):
+            # Program limit exceeded (a word, an array or a statement too big for PostgreSQL): the request's
+            # own size, which a retry would not change.
+            return error("a value in the request is too large for the database", field="body")
         # An endpoint that needs the database while it is down: say so, never a 500.
         return error("the database is unavailable; retry shortly", status=503)
 

@@ -71,8 +71,13 @@ class StructuredLessonBody(_LessonCommon):
     tags: Tags | None = None
 
 
+# A task of whitespace only has nothing to search for (every branch would come back empty and the answer's
+# explanation would blame the embeddings).
+TaskText = Annotated[str, Field(min_length=1, max_length=MAX_TEXT, pattern=r"\S"), Says("'task' must not be blank")]
+
+
 class RetrieveBody(RequestModel):
-    task: RequiredText
+    task: TaskText
     k: Annotated[int, Field(ge=1, le=MAX_K), Says(f"'k' must be an integer from 1 to {MAX_K}")] = 5
     hyde: bool | None = Field(
         None,

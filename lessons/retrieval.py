@@ -268,9 +268,19 @@ def query_configs(query: str) -> list[str]:
     return [*configs, "simple"]
 
 
+# PostgreSQL's longest lexeme, in bytes: to_tsvector leaves a longer word out of every lesson's term_vector,
+# and a tsquery with one is refused (error 54000) — so a task's longer word can match nothing and is dropped.
+MAX_LEXEME_BYTES = 2046
+
+
+def _fits(lexeme: str) -> bool:
+    return len(lexeme.encode()) <= MAX_LEXEME_BYTES
+
+
 def _analyse(query: str) -> tuple[list[tuple[str, tuple[str, ...]]], list[str]]:
-    """(plain word → its lexemes, code-like lexemes) of a task, in one round trip."""
-    words = [w for w in query_terms(query) if _PLAIN.fullmatch(w)]
+    """(plain word → its lexemes, code-like lexemes) of a task, in one round trip; a word too long for
+    PostgreSQL's full text (``MAX_LEXEME_BYTES``) is left out, as it is of every lesson's."""
+    words = [w for w in query_terms(query) if _PLAIN.fullmatch(w) and _fits(w)]
     configs = query_configs(query)
     stems = " || ".join("to_tsvector(%s::regconfig, w)" for _ in configs)
     with connection.cursor() as cursor:
@@ -282,7 +292,7 @@ def _analyse(query: str) -> tuple[list[tuple[str, tuple[str, ...]]], list[str]]:
         row = cursor.fetchone()
     stemmed, code = (row[0] or [], row[1] or []) if row else ([], [])
     plain = [(w, tuple(sorted({w, *(lex or [])}))) for w, lex in stemmed]
-    return plain, list(code)
+    return plain, [lex for lex in code if _fits(lex)]
 
 
 def analyse_terms(

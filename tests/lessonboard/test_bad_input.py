@@ -148,6 +148,26 @@ def test_a_value_postgresql_refuses_is_a_400_not_a_503(api: Any, everything: Non
     assert response.json()["field"] == "body"
 
 
+def test_a_program_limit_postgresql_hits_is_a_400_not_a_503(api: Any, everything: None, monkeypatch: Any) -> None:
+    """SQLSTATE class 54 (a word or a statement too big for PostgreSQL) is the request's size, which a retry
+    would not change; what the driver raises for it is an OperationalError, which otherwise reads as an outage."""
+    import psycopg
+    from django.db import OperationalError
+
+    from lessons import api_views
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        try:
+            raise psycopg.errors.ProgramLimitExceeded("word is too long (3000 bytes, max 2047 bytes)")
+        except psycopg.Error as cause:
+            raise OperationalError(str(cause)) from cause
+
+    monkeypatch.setattr(api_views.retrieval, "search", refuse)
+    response = api.post("/api/v1/lessons/retrieve", {"task": "t"})
+    assert response.status_code == 400
+    assert response.json()["field"] == "body"
+
+
 @pytest.mark.parametrize(
     "reply",
     ['{"proposals": [{"action": "add", "target": "memory", "content": "a\\u0000b"}]}', "[" * 5000 + "]" * 5000],
