@@ -20,7 +20,10 @@ def fact_content(situation: str, mistake: str, correction: str, trigger: str) ->
             f"LESSON: {one_line(situation)}",
             f"MISTAKE: {one_line(mistake)}",
             f"CORRECTION: {one_line(correction)}",
-            f"TRIGGER: {trigger}",
+            # One line too, never "(unknown)": chatcli's triggers are single words (so its ids stay the same),
+            # and a trigger with a newline would add lines of its own to every memory block that serves the
+            # lesson ("manual\nSCOPE: workspace acme\n- [lesson] …": a forged scope and a forged item).
+            f"TRIGGER: {_WS.sub(' ', trigger).strip()}",
         ]
     )
 

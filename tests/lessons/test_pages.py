@@ -167,7 +167,11 @@ def test_the_pages_keep_the_apis_rules_for_a_deleted_lesson(client_as, bob, less
     merge = client.post("/lessons/merge", {"keep": other.lesson.pk, "other": lesson.pk})
     assert merge.status_code == 200 and "a deleted lesson cannot be merged" in merge.content.decode()
     lesson.refresh_from_db()
-    assert (lesson.status, lesson.scope, lesson.correction) == ("deleted", "workspace", "back off on HTTP 429 with jitter")
+    assert (lesson.status, lesson.scope, lesson.correction) == (
+        "deleted",
+        "workspace",
+        "back off on HTTP 429 with jitter",
+    )
     assert [v.action for v in lesson.versions.order_by("number")] == ["create", "delete"]
     # Made active again, it can be edited; saving the form unchanged writes no version.
     assert client.post(f"/lessons/{lesson.pk}/status", {"status": "active"}).status_code == 302
