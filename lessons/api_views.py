@@ -378,7 +378,7 @@ def retrieve(request: HttpRequest) -> JsonResponse:
     return JsonResponse(
         {
             "retrieval_id": logged.pk if logged else None,
-            "lessons": [{**lesson_json(hit.lesson), "retrieval": hit.as_dict()} for hit in result.hits],
+            "lessons": [{**_lesson_out(token, hit.lesson), "retrieval": hit.as_dict()} for hit in result.hits],
             "memory_block": memory_block(lessons),
             # Why "lessons" is empty (the floor: nothing known applies), null otherwise.
             "reason": result.reason or None,
@@ -402,7 +402,7 @@ def get_lesson(request: HttpRequest) -> JsonResponse:
     body = validated(GetLessonBody, json_body(request, max_bytes=8 * 1024))
     token: AgentToken = request.agent_token  # type: ignore[attr-defined]
     lesson = _readable(token, body.id)
-    answer: dict[str, Any] = {"lesson": lesson_json(lesson), "versions": None, "next_before": None}
+    answer: dict[str, Any] = {"lesson": _lesson_out(token, lesson), "versions": None, "next_before": None}
     if body.history:
         answer["versions"], answer["next_before"] = _versions(lesson, token, limit=HISTORY_PAGE)
     return JsonResponse(answer)
@@ -442,6 +442,15 @@ def _versions(
 
 def _owned_by_token(token: AgentToken, lesson: Lesson) -> bool:
     return not token.workspaces or (lesson.workspace is not None and token.may_name(lesson.workspace.slug))
+
+
+def _lesson_out(token: AgentToken, lesson: Lesson) -> dict[str, Any]:
+    """``lesson_json`` as ``token`` may see it: of a shared lesson from another workspace, not the agent that
+    learned it nor the job it came from (that workspace's own, as in its history)."""
+    data = lesson_json(lesson)
+    if not _owned_by_token(token, lesson):
+        data.update(agent="", source_job_id=None)
+    return data
 
 
 def _readable(token: AgentToken, pk: int) -> Lesson:
@@ -657,7 +666,8 @@ def list_lessons(request: HttpRequest) -> JsonResponse:
         raise ApiError("'cursor' is not a next_cursor this endpoint gave", field="cursor")
     queryset = filters.apply(Lesson.objects.select_related("workspace"))
     page = keyset_page(queryset, cursor=body.cursor, size=body.limit, time_field="created_at")
-    return JsonResponse({"lessons": [lesson_json(lesson) for lesson in page.rows], "next_cursor": page.next_cursor})
+    lessons = [_lesson_out(token, lesson) for lesson in page.rows]
+    return JsonResponse({"lessons": lessons, "next_cursor": page.next_cursor})
 
 
 @api_view(

@@ -182,6 +182,25 @@ def test_an_update_that_changes_nothing_writes_no_version_and_says_so(api: ApiCl
     assert lesson.versions.get(number=2).snapshot["lang"] == "pt"
 
 
+def test_a_shared_lesson_does_not_name_its_workspaces_agent_or_job_to_another_workspace() -> None:
+    a = WorkspaceFactory(slug="ws-a")
+    WorkspaceFactory(slug="ws-b")
+    lesson = persist_lesson(
+        situation=TASK, mistake="", correction="restart the brokers one at a time", tags=[], trigger="error",
+        workspace=a, agent="coder-a", source_job_id="job-a-1",
+    ).lesson  # fmt: skip
+    client_a, client_b = bound("ws-a"), bound("ws-b")
+    client_a.post("/api/v1/lessons/scope", {"id": lesson.pk, "scope": "shared"})
+    seen = [
+        client_b.post(RETRIEVE, {"task": TASK, "workspace": "ws-b"}).json()["lessons"][0],
+        client_b.post("/api/v1/lessons/get", {"id": lesson.pk}).json()["lesson"],
+        client_b.post("/api/v1/lessons/list", {"workspace": "ws-b"}).json()["lessons"][0],
+    ]
+    assert [(one["id"], one["agent"], one["source_job_id"]) for one in seen] == [(lesson.pk, "", None)] * 3
+    own = client_a.post("/api/v1/lessons/get", {"id": lesson.pk}).json()["lesson"]
+    assert (own["agent"], own["source_job_id"]) == ("coder-a", "job-a-1")
+
+
 def test_history_pages_from_the_newest_version_back(api: ApiClient) -> None:
     lesson = lesson_in(WorkspaceFactory(slug="shop"), "pin the kafka client version")
     for n in range(4):
