@@ -50,6 +50,13 @@ class SearchForm(forms.Form):
         if "status" not in self.data:
             self.fields["status"].initial = LessonStatus.ACTIVE
 
+    def clean_status(self) -> str:
+        # Not in the URL: active, as the select shows (a bound form ignores ``initial``; without this the page
+        # listed and searched archived and superseded lessons while showing "active").
+        if "status" not in self.data:
+            return LessonStatus.ACTIVE
+        return str(self.cleaned_data["status"])
+
 
 class ManualLessonForm(forms.Form):
     text = forms.CharField(max_length=20_000, widget=forms.Textarea(attrs={"rows": 3}), label="Lesson")

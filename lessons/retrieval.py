@@ -857,7 +857,7 @@ def _search(
         embedded_text = query
         if hyde:
             try:
-                embedded_text = hypothetical_lesson(query)
+                embedded_text = hypothetical_lesson(query, workspace=filters.workspace)
                 explanation["hyde"] = {"text": embedded_text}
             except llm.LLMError as exc:
                 explanation["hyde"] = {"error": str(exc), "fallback": "query embedded as is"}
@@ -875,6 +875,7 @@ def _search(
             # The embeddings endpoint is down (or the LLM breaker is open, docs/operations.md#llm-outage):
             # the search answers from the text and tag branches instead of failing.
             explanation["vector"] = f"off: {exc.message}"
+            explanation["floor"] = "off: the floor needs the task's vector (embeddings unavailable)"
         if vector is not None:
             explanation["embedded_text"] = embedded_text
             rankings["vector"] = vector_branch(vector, base, depth, provider.model_id)
@@ -883,6 +884,8 @@ def _search(
                 explanation["floor"] = floor_check(
                     vector, rankings["vector"][0][1], provider, agree=agree, identifiers=exact
                 )
+            else:
+                explanation["floor"] = "off: no lesson in the filtered set has a vector of this model yet"
     elif "vector" in branches:
         explanation["vector"] = "off: no embedding provider (lexical retrieval only)"
         explanation["floor"] = "off: the floor needs embeddings"

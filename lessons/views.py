@@ -6,6 +6,7 @@ reviewer and admin roles), checked here in the view.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from typing import Any
 
@@ -88,6 +89,8 @@ def search_page(request: HttpRequest) -> HttpResponse:
                 result = retrieval.similar_to(similar_to, k=10, filters=filters)
             hits, explanation = result.hits, result.explanation
         elif query:
+            # What an agent of that workspace would search: its lessons and the shared tier.
+            filters = dataclasses.replace(filters, scope="all")
             with statement_timeout("search"):
                 result = retrieval.search(query, k=20, filters=filters, floor=False)
             hits, explanation = result.hits, result.explanation

@@ -168,6 +168,15 @@ def test_the_server_wide_hyde_switch_applies_unless_the_request_says(api, settin
     off = api.post("/api/v1/lessons/retrieve", {"task": "bulk API calls get 429", "hyde": False}).json()
     assert off["explanation"]["hyde"] is None
     assert len(fake_openai.chat_requests()) == 1
+    # The call is counted against the workspace the task was retrieved in.
+    fake_openai.script("another hypothetical lesson")
+    api.post("/api/v1/lessons/retrieve", {"task": "bulk API calls get 429 again", "workspace": "shop"})
+    from lessonboard.models import LLMCall
+
+    assert list(LLMCall.objects.filter(purpose="hyde").order_by("id").values_list("workspace", flat=True)) == [
+        "",
+        "shop",
+    ]
 
 
 def test_a_requests_hyde_is_refused_while_the_server_has_it_off(api, settings, fake_openai):

@@ -38,6 +38,37 @@ def test_it_renders_the_search_page_in_full_and_as_an_htmx_fragment(client_as, c
     assert "vector" in body  # the why-found table names the branches
 
 
+def test_the_search_page_searches_what_an_agent_of_the_workspace_would(client_as, carol, lesson, settings):
+    """Active lessons unless a status is picked, the workspace's and the shared tier's; and the 'why found'
+    formula is the fusion that ran."""
+    from lessons.store import set_scope, set_status
+    from tests.factories import WorkspaceFactory
+
+    archived = persist_lesson(
+        situation="payments export timed out at night", mistake="", correction="page the export", tags=[],
+        trigger="error",
+    ).lesson  # fmt: skip
+    set_status(archived, LessonStatus.ARCHIVED, actor="test")
+    shop, other = WorkspaceFactory(slug="shop"), WorkspaceFactory(slug="billing")
+    shared = persist_lesson(
+        situation="card issuer API throttled the refunds", mistake="", correction="honour Retry-After", tags=[],
+        trigger="error", workspace=other,
+    ).lesson  # fmt: skip
+    set_scope(shared, "shared", actor="test")
+    vectors.embed_pending()
+    client = client_as(carol)
+    listed = client.get("/lessons/").content.decode()
+    assert f"/lessons/{lesson.pk}/" in listed and f"/lessons/{archived.pk}/" not in listed
+    assert f"/lessons/{archived.pk}/" in client.get("/lessons/", {"status": ""}).content.decode()
+    found = client.get(
+        "/lessons/", {"q": "payments API throttled refunds export", "workspace": "shop"}
+    ).content.decode()
+    assert f"/lessons/{shared.pk}/" in found and f"/lessons/{archived.pk}/" not in found
+    assert shop.slug == "shop"
+    formula = "Fused = vector cosine" if settings.RETRIEVAL_FUSION == "score" else "Fused = Σ weight"
+    assert formula in found
+
+
 def test_it_applies_search_filters_from_the_url(client_as, carol, lesson):
     client = client_as(carol)
     assert f"/lessons/{lesson.pk}/" in client.get("/lessons/", {"trigger": "error"}).content.decode()

@@ -220,6 +220,18 @@ def test_a_lesson_whose_vector_is_not_computed_yet_is_found_by_full_text(corpus)
     query = "the artefact mirror upload checksum failed"
     assert fresh in [hit.lesson for hit in retrieval.search(query, k=3, branches=("text",)).hits]
     assert fresh not in [hit.lesson for hit in retrieval.search(query, k=10, branches=("vector",)).hits]
+    # In a workspace whose only lesson has no vector yet the floor cannot run: the answer says so.
+    from tests.factories import WorkspaceFactory
+
+    add(
+        "rotating the signing keys",
+        "publish the new key first",
+        ["keys"],
+        workspace=WorkspaceFactory(slug="fresh-only"),
+    )
+    result = retrieval.search("rotate the signing keys", k=3, filters=retrieval.Filters(workspace="fresh-only"))
+    assert result.explanation["floor"] == "off: no lesson in the filtered set has a vector of this model yet"
+    assert [hit.lesson.situation for hit in result.hits] == ["rotating the signing keys"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -262,6 +274,8 @@ def test_the_query_embedding_thread_replaces_a_connection_the_database_dropped(f
 
         assert result.explanation["vector"].startswith("off: "), result.explanation
         assert "connection refused" in result.explanation["vector"]
+        # The floor did not run either, and the answer says so rather than leaving it out.
+        assert result.explanation["floor"].startswith("off: the floor needs the task's vector")
         assert len(fake_openai.requests) == before  # nothing was sent to an endpoint the breaker holds closed
     finally:
         vectors.resize_column(512)
