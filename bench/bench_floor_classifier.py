@@ -31,8 +31,15 @@ from django.conf import settings
 
 from lessons import embeddings, evaluation, retrieval, software, software_training
 
-SETS = {"set 1": bre.EVAL, "set 2": bre.EVAL_2, "set 3": bre.EVAL_3, "set 4": bre.EVAL_4, "set 5": bre.EVAL_5}
-HELD_WHOLE = {"set 3", "set 5"}  # written to be held out whole: never trains the classifier
+SETS = {
+    "set 1": bre.EVAL,
+    "set 2": bre.EVAL_2,
+    "set 3": bre.EVAL_3,
+    "set 4": bre.EVAL_4,
+    "set 5": bre.EVAL_5,
+    "set 6": bre.EVAL_6,
+}
+HELD_WHOLE = {"set 3", "set 5", "set 6"}  # written to be held out whole: never trains the classifier
 THRESHOLDS = (-2.0, -1.75, -1.5, -1.25, -1.0, -0.75, -0.5, -0.25, 0.0)
 
 
@@ -141,7 +148,7 @@ def main() -> None:
         print(f"  {name}: {below} of {len(on_topic)}")
     shipped = software.weights(provider.model_id)
     assert shipped is not None
-    print(f"\nheld out (halves; sets 3, 5, the second and third probes whole): no classifier | shipped at {threshold}")
+    print(f"\nheld out (halves; sets 3, 5, 6, the second and third probes whole): no classifier | shipped at {threshold}")
     for name, set_rows in rows.items():
         groups: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
         for row in set_rows:
