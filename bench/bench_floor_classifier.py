@@ -148,7 +148,9 @@ def main() -> None:
         print(f"  {name}: {below} of {len(on_topic)}")
     shipped = software.weights(provider.model_id)
     assert shipped is not None
-    print(f"\nheld out (halves; sets 3, 5, 6, the second and third probes whole): no classifier | shipped at {threshold}")
+    print(
+        f"\nheld out (halves; sets 3, 5, 6, the second and third probes whole): no classifier | shipped at {threshold}"
+    )
     for name, set_rows in rows.items():
         groups: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
         for row in set_rows:
