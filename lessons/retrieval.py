@@ -376,21 +376,28 @@ def text_branch_detail(
     # Which of the terms each candidate has (one match per term and row), scored here: the idf sum, the
     # identifiers' share of it, and a tenth of ts_rank (how often and how densely) as the tie-breaker.
     matches = "ARRAY[" + ", ".join("lessons_lesson.term_vector @@ %s::tsquery" for _ in terms) + "]"
-    # order_by(): unordered, the bounded scan stops at the bound instead of sorting every match first.
-    candidates = (
-        base.extra(  # noqa: S610 - every value is a parameter
+    bound = settings.RETRIEVAL_TEXT_CANDIDATES
+    rows: list[tuple[int, list[bool], float]] = []
+    # The rarest terms' lessons are read first, then the rest up to the bound: unordered, one word that many
+    # lessons have (none is left out as common below RETRIEVAL_PRUNE_FROM_ROWS) could fill the bound in
+    # scan order and leave out the one lesson with the task's error code.
+    for group in _rare_first(terms, bound):
+        if len(rows) >= bound:
+            break
+        wanted = _tsquery(lex for t in group for lex in t.lexemes)
+        # order_by(): unordered, the bounded scan stops at the bound instead of sorting every match first.
+        candidates = base.extra(  # noqa: S610 - every value is a parameter
             select={"tmatch": matches, "trank": "ts_rank(lessons_lesson.term_vector, %s::tsquery, 1)"},
             select_params=[*(_tsquery(t.lexemes) for t in terms), every],
             where=["lessons_lesson.term_vector @@ %s::tsquery"],
-            params=[every],
-        )
-        .order_by()
-        .values_list("id", "tmatch", "trank")[: settings.RETRIEVAL_TEXT_CANDIDATES]
-    )
-    sql, params = candidates.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+            params=[wanted],
+        ).order_by()
+        if rows:
+            candidates = candidates.exclude(pk__in=[row[0] for row in rows])
+        sql, params = candidates.values_list("id", "tmatch", "trank")[: bound - len(rows)].query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows += cursor.fetchall()
     idf = [t.idf for t in terms]
     exact = [t.idf if t.exact else 0.0 for t in terms]
     scored = []
@@ -399,6 +406,21 @@ def text_branch_detail(
         scored.append((pk, score, sum(w for w, hit in zip(exact, has, strict=True) if hit)))
     scored.sort(key=lambda row: (-row[1], -row[0]))
     return scored[:depth]
+
+
+def _rare_first(terms: list[TextTerm], bound: int) -> list[list[TextTerm]]:
+    """The terms in one group, or two when the bound can bind: the rarest (by the statistics' estimate of
+    how many lessons have them, up to half the bound together; the rarest always) and the rest."""
+    _, rows = _term_frequencies()
+    ordered = sorted(terms, key=lambda t: t.share)
+    rare, estimate = [], 0.0
+    for term in ordered:
+        if rare and estimate + term.share * rows > bound / 2:
+            break
+        rare.append(term)
+        estimate += term.share * rows
+    rest = ordered[len(rare) :]
+    return [rare, rest] if rest else [rare]
 
 
 def rare_exact(text_rows: list[tuple[int, float, float]], min_idf: float) -> bool:

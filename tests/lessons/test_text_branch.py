@@ -142,3 +142,26 @@ def test_the_tags_branch_reads_through_the_tags_index_and_puts_the_planner_back(
     # an ordered walk or a sequential scan of lessons that tests each row's tags.
     scans = [line.strip() for line in plan.splitlines() if re.search(r"Scan on lessons_lesson\s", line)]
     assert scans and all(line.startswith("->  Bitmap Heap Scan") for line in scans), plan
+
+
+def test_a_rare_terms_lessons_are_scored_even_when_a_common_word_fills_the_candidate_bound(settings) -> None:
+    """Below RETRIEVAL_PRUNE_FROM_ROWS no word is left out as common, so one word many lessons have could fill
+    the RETRIEVAL_TEXT_CANDIDATES bound in the order the scan met them, and the one lesson with the task's
+    error code — saved last — was not scored at all. The rarest terms' lessons are read first."""
+    from django.db import connection
+
+    subjects = (
+        "docker image", "gradle wrapper", "webpack bundle", "rust crate", "maven site", "terraform plan",
+        "helm chart", "xcode archive", "cmake preset", "bazel target", "sbt assembly", "nuget package",
+    )  # fmt: skip
+    for n, subject in enumerate(subjects):  # unlike each other, or they would be near duplicates of one
+        add(f"the {subject} build stopped with an error", f"pin the {subject} toolchain version {n}")
+    code = add("the build failed with error E0382 after the refactor", "clone the value before the move")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE lessons_lesson")
+    retrieval.reset_term_stats()
+    settings.RETRIEVAL_TEXT_CANDIDATES = 5
+    rows = retrieval.text_branch("build error E0382", Lesson.objects.active(), 5)
+    assert rows[0][0] == code.pk
+    assert len(rows) == 5  # the bound still holds: the rest are common-word lessons
+    retrieval.reset_term_stats()
