@@ -133,7 +133,7 @@ class _NearestLessons:
         present = set(Lesson.objects.filter(pk__in=cached_ids).values_list("pk", flat=True)) if cached_ids else set()
         self.gone = cached_ids - present
         self._fresh: dict[str, tuple[list[int], dict[int, int], np.ndarray]] = {}
-        self._bases: dict[str, tuple[Any, list[int]]] = {}
+        self._bases: dict[str, tuple[Any, list[int] | None]] = {}
 
     def of(self, pk: int, slug: str, vector: np.ndarray) -> list[tuple[int, float]]:
         """``[(lesson id, similarity)]``, or ``[]`` when the workspace is served no lesson."""
