@@ -60,15 +60,20 @@ def test_it_finds_code_like_tokens_whole_and_in_parts() -> None:
     assert {"os.environ", "database_url", "database", "url"} <= lexemes
 
 
-def test_it_ors_at_most_the_rarest_terms_of_the_cap_and_names_those_it_dropped(settings) -> None:
+def analysed() -> None:
+    """The full-text branch's idf comes from the planner statistics: analyse the lessons just added."""
     from django.db import connection
 
-    for n in range(6):
-        add(f"deploy service {n} with the pipeline", f"check the pipeline step {n}")
-    rare = add("deploy service with the pipeline failed on ZX81FAULT", "restart the pipeline runner")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE lessons_lesson")
     retrieval.reset_term_stats()
+
+
+def test_it_ors_at_most_the_rarest_terms_of_the_cap_and_names_those_it_dropped(settings) -> None:
+    for n in range(6):
+        add(f"deploy service {n} with the pipeline", f"check the pipeline step {n}")
+    rare = add("deploy service with the pipeline failed on ZX81FAULT", "restart the pipeline runner")
+    analysed()
     settings.RETRIEVAL_MAX_TERMS = 2
     settings.EMBEDDING_PROVIDER = "none"
     result = retrieval.search("deploy the service with the pipeline: ZX81FAULT again", k=3)
@@ -148,8 +153,6 @@ def test_a_rare_terms_lessons_are_scored_even_when_a_common_word_fills_the_candi
     """Below RETRIEVAL_PRUNE_FROM_ROWS no word is left out as common, so one word many lessons have could fill
     the RETRIEVAL_TEXT_CANDIDATES bound in the order the scan met them, and the one lesson with the task's
     error code — saved last — was not scored at all. The rarest terms' lessons are read first."""
-    from django.db import connection
-
     subjects = (
         "docker image", "gradle wrapper", "webpack bundle", "rust crate", "maven site", "terraform plan",
         "helm chart", "xcode archive", "cmake preset", "bazel target", "sbt assembly", "nuget package",
@@ -157,9 +160,7 @@ def test_a_rare_terms_lessons_are_scored_even_when_a_common_word_fills_the_candi
     for n, subject in enumerate(subjects):  # unlike each other, or they would be near duplicates of one
         add(f"the {subject} build stopped with an error", f"pin the {subject} toolchain version {n}")
     code = add("the build failed with error E0382 after the refactor", "clone the value before the move")
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE lessons_lesson")
-    retrieval.reset_term_stats()
+    analysed()
     settings.RETRIEVAL_TEXT_CANDIDATES = 5
     rows = retrieval.text_branch("build error E0382", Lesson.objects.active(), 5)
     assert rows[0][0] == code.pk
