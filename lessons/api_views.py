@@ -25,6 +25,7 @@ from lessons.rendering import lesson_json, memory_block
 from lessons.store import (
     LessonStateError,
     edit_lesson,
+    latest_version,
     persist_lesson,
     persist_manual,
     record_use,
@@ -478,7 +479,7 @@ def _changeable(token: AgentToken, pk: int) -> Lesson:
 
 def _changed(lesson: Lesson, changed: bool) -> JsonResponse:
     lesson = Lesson.objects.select_related("workspace").get(pk=lesson.pk)
-    number = lesson.versions.order_by("-number").values_list("number", flat=True).first() if changed else None
+    number = latest_version(lesson) if changed else None
     return JsonResponse({"lesson": lesson_json(lesson), "changed": changed, "version": number})
 
 
@@ -505,10 +506,10 @@ def update_lesson(request: HttpRequest) -> JsonResponse:
     if "tags" in given:
         given["tags"] = [t.strip().lower() for t in given["tags"] if t.strip()]
     lesson = _changeable(token, body.id)
-    latest = _latest_version(lesson)
+    latest = latest_version(lesson)
     with transaction.atomic(), _conflict():  # the action and its audit event commit together
         edit_lesson(lesson, actor=f"token:{token.name}", reason=body.reason, **given)
-        if _latest_version(lesson) == latest:  # every value given was the lesson's already
+        if latest_version(lesson) == latest:  # every value given was the lesson's already
             return _changed(lesson, False)
         AuditEvent.record(
             "lesson.edit",
@@ -519,10 +520,6 @@ def update_lesson(request: HttpRequest) -> JsonResponse:
             result={"fields": sorted(given)},
         )
     return _changed(lesson, True)
-
-
-def _latest_version(lesson: Lesson) -> int | None:
-    return lesson.versions.order_by("-number").values_list("number", flat=True).first()
 
 
 @contextmanager

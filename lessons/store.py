@@ -62,6 +62,11 @@ def chatcli_score(access_count: int, days_since_access: float, confidence: float
     return (1 + math.log(1 + access_count)) * 2 ** (-days_since_access / HALF_LIFE_DAYS) * (0.5 + confidence)
 
 
+def latest_version(lesson: Lesson) -> int | None:
+    """The number of the lesson's newest version (None before its first)."""
+    return lesson.versions.order_by("-number").values_list("number", flat=True).first()
+
+
 def record_version(
     lesson: Lesson,
     action: str,
@@ -74,7 +79,7 @@ def record_version(
 ) -> LessonVersion:
     """The lesson's next version; ``number``: when the caller knows it (1 for a lesson just created)."""
     if number is None:
-        number = (lesson.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+        number = (latest_version(lesson) or 0) + 1
     return LessonVersion.objects.create(
         lesson=lesson,
         number=number,

@@ -29,6 +29,7 @@ from lessons.models import Lesson, LessonScope, LessonStatus, LessonVersion
 from lessons.store import (
     LessonStateError,
     edit_lesson,
+    latest_version,
     merge_lessons,
     persist_manual,
     restore_version,
@@ -217,7 +218,7 @@ def edit_page(request: HttpRequest, pk: int) -> HttpResponse:
         form = LessonEditForm(request.POST)
         if form.is_valid():
             data = form.cleaned_data
-            latest = lesson.versions.order_by("-number").values_list("number", flat=True).first()
+            latest = latest_version(lesson)
             try:
                 with transaction.atomic():  # the action and its audit event commit together
                     edited = _edit(request, lesson, data, latest)
@@ -259,7 +260,7 @@ def _edit(request: HttpRequest, lesson: Lesson, data: dict[str, Any], latest: in
         reason=data["reason"],
         lang=data["lang"],
     )
-    if lesson.versions.order_by("-number").values_list("number", flat=True).first() == latest:
+    if latest_version(lesson) == latest:
         return False
     AuditEvent.record(
         "lesson.edit", user=request.user, object_type="lesson", object_ids=[lesson.pk], reason=data["reason"]
