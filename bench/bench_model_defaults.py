@@ -74,10 +74,12 @@ def fusions() -> dict[str, Ranker]:
         "tags only": lambda r: [pk for pk, _ in r["tags"]],
     }
     for wt, wg, depth in itertools.product((0.02, 0.1, 0.25, 0.5, 1.0), (0.0, 0.1, 0.25), (20, 50)):
-        candidates[f"rrf text={wt} tags={wg} depth={depth}"] = lambda r, wt=wt, wg=wg, d=depth: rrf(r, wt, wt, wg, d)
+        candidates[f"rrf text={wt} tags={wg} depth={depth}"] = lambda r, wt=wt, wg=wg, d=depth: brf.rrf(
+            r, wt, 1.0, wg, d
+        )
     for lo, hi, wg, depth in itertools.product((0.1, 0.25, 0.5), (1.0, 1.5, 3.0), (0.0, 0.1), (20, 50)):
-        candidates[f"rrf text={lo} exact={hi} tags={wg} depth={depth}"] = lambda r, lo=lo, hi=hi, wg=wg, d=depth: rrf(
-            r, lo, hi, wg, d
+        candidates[f"rrf text={lo} exact={hi} tags={wg} depth={depth}"] = lambda r, lo=lo, hi=hi, wg=wg, d=depth: (
+            brf.adaptive(r, lo, hi, wg, settings.RETRIEVAL_EXACT_MIN_IDF, d)
         )
     for lam, lam_exact, mu in itertools.product(
         (0.01, 0.02, 0.05, 0.1, 0.2, 0.5), (0.05, 0.1, 0.2, 0.5, 1.0, 1.5), (0.0, 0.01, 0.02, 0.05)
@@ -88,16 +90,6 @@ def fusions() -> dict[str, Ranker]:
             brf.score_fusion(r, lam, mu, 50, le, settings.RETRIEVAL_EXACT_MIN_IDF)
         )
     return candidates
-
-
-def rrf(row: dict[str, Any], wt: float, wt_exact: float, wg: float, depth: int) -> list[int]:
-    """``retrieval.fuse`` as ``search`` runs it with rank fusion: ``wt_exact`` when the best full-text hit
-    has the task's rare identifiers."""
-    if retrieval.rare_exact(row["detail"][:depth], settings.RETRIEVAL_EXACT_MIN_IDF):
-        wt = max(wt, wt_exact)
-    weights = retrieval.Weights(wt, 1.0, wg)
-    present = {b: row[b][:depth] for b in retrieval.BRANCHES if weights.of(b) > 0}
-    return [pk for pk, _, _ in retrieval.fuse(present, weights, settings.RETRIEVAL_RRF_K)]
 
 
 def per_kind(store: dict[str, Any], ranker: Ranker, half: str, set_name: str) -> dict[str, evaluation.Metrics]:

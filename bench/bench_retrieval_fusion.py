@@ -66,15 +66,21 @@ def query_rows(queries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def rrf(row: dict[str, Any], wt: float, wv: float, wg: float) -> list[int]:
+def rrf(row: dict[str, Any], wt: float, wv: float, wg: float, depth: int | None = None) -> list[int]:
+    """``retrieval.fuse`` over each branch's first ``depth`` rows (default: the configured depth)."""
     weights = retrieval.Weights(wt, wv, wg)
-    present = {b: row[b][: settings.RETRIEVAL_DEPTH] for b in retrieval.BRANCHES if weights.of(b) > 0}
+    depth = depth or settings.RETRIEVAL_DEPTH
+    present = {b: row[b][:depth] for b in retrieval.BRANCHES if weights.of(b) > 0}
     return [pk for pk, _, _ in retrieval.fuse(present, weights, settings.RETRIEVAL_RRF_K)]
 
 
-def adaptive(row: dict[str, Any], lo: float, hi: float, wg: float, min_idf: float) -> list[int]:
+def adaptive(
+    row: dict[str, Any], lo: float, hi: float, wg: float, min_idf: float, depth: int | None = None
+) -> list[int]:
+    """Rank fusion with the text weight ``hi`` when the best full-text hit has the task's rare identifiers
+    (``search`` with ``weight_text_exact``), else ``lo``."""
     wt = hi if retrieval.rare_exact(row["detail"], min_idf) else lo
-    return rrf(row, wt, 1.0, wg)
+    return rrf(row, wt, 1.0, wg, depth)
 
 
 def score_fusion(
