@@ -13,7 +13,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, transacti
 
 from lessonq import metrics
 from lessonq.dispatch import dispatch
-from lessonq.ingest import record_job
+from lessonq.ingest import record_from_wal
 from lessonq.jobid import is_job_id
 from lessonq.models import Job, JobState
 from lessonq.paths import base, dlq, wal
@@ -70,7 +70,7 @@ def _adopt(path: Path, kind: str, target: Wal, state: str, report: ImportReport)
     # reason; the others are still imported (docs/operations.md#poison-records).
     try:
         with transaction.atomic():
-            job = record_job(record, state=state)
+            job = record_from_wal(record, state=state)
             if state == JobState.DEAD:
                 job.mark_dead(record.last_error)
             target.put_bytes(record.id, data)  # before the commit: a crash in between leaves a record to adopt

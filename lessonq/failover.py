@@ -174,7 +174,8 @@ def _adopt_batch(node: str, into: str, target: Wal, kind: Kind, *, force: bool) 
             return 0
         lease_end = lease[0]
         jobs = list(
-            Job.objects.select_for_update(skip_locked=True)
+            Job.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("workspace")  # each record names its workspace (WalJob.workspace)
             .filter(node=node, state__in=kind.states)
             .order_by("enqueued_at")[:ADOPT_BATCH]
         )

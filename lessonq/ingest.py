@@ -133,6 +133,10 @@ def enqueue(
         trigger=request.trigger,
         enqueued_at=gojson.local(now),
         next_attempt_at=gojson.local(now),
+        # Who sent it, in the record too: a row adopted from the record alone keeps them.
+        workspace=workspace.slug if isinstance(workspace, Workspace) else (workspace or ""),
+        agent=agent,
+        token_id=token.pk if token is not None and token.pk else 0,
     )
     if not wal().append(record):  # a record exists: the job is active (pending, running, waiting to retry)
         metrics.ENQUEUE.labels(outcome="deduped").inc()
@@ -395,3 +399,23 @@ def record_job(
             job.updated_at = timezone.now()
             job.save()
         return job
+
+
+def senders(records: list[WalJob]) -> tuple[dict[str, int], set[int]]:
+    """The workspaces the records name (slug → id; one the database does not know yet is created, as the
+    ingest would have) and which of their tokens still exist (a deleted one leaves the row without)."""
+    slugs = sorted({r.workspace for r in records if r.workspace})
+    workspaces = dict(Workspace.objects.filter(slug__in=slugs).values_list("slug", "id"))
+    for slug in slugs:
+        if slug not in workspaces:
+            workspaces[slug] = Workspace.objects.for_slug(slug).pk
+    wanted = {r.token_id for r in records if r.token_id}
+    tokens = set(AgentToken.objects.filter(pk__in=wanted).values_list("pk", flat=True)) if wanted else set()
+    return workspaces, tokens
+
+
+def record_from_wal(record: WalJob, *, state: str = JobState.PENDING) -> Job:
+    """``record_job`` for a record adopted alone (no request beside it): with the workspace, agent and token
+    the record names (``WalJob.workspace``; chatcli's records name none)."""
+    token = AgentToken.objects.filter(pk=record.token_id).first() if record.token_id else None
+    return record_job(record, agent=record.agent, workspace=record.workspace or None, token=token, state=state)

@@ -40,7 +40,7 @@ from django.utils import timezone
 from lessonboard.inputs import storable
 from lessonq import metrics
 from lessonq.dispatch import dispatch_many, publish, room
-from lessonq.ingest import record_job
+from lessonq.ingest import record_from_wal, senders
 from lessonq.jobid import is_job_id
 from lessonq.models import ACTIVE, DONE, PAYLOAD_FIELDS, WAITING, Job, JobState, claim_is_stale
 from lessonq.paths import dlq, expired_dir, wal
@@ -158,7 +158,7 @@ def _reconcile(*, now: datetime, pull_in: bool) -> Report:
     missing_active = _node_ids(ACTIVE) - wal_ids - dlq_ids
     missing_dead = _node_ids((JobState.DEAD,)) - dlq_ids
     for folder, missing, what in ((active, missing_active, "WAL"), (dead, missing_dead, "DLQ")):
-        for job in Job.objects.filter(pk__in=missing).iterator():
+        for job in Job.objects.filter(pk__in=missing).select_related("workspace").iterator():
             try:
                 written = folder.append(job.wal_job())
             except WalError as exc:  # this row cannot become a record (too large): the others still can
@@ -344,7 +344,7 @@ def _reconcile_dlq(records: list[WalJob], wal_ids: set[str], report: Report) -> 
                 report.skipped_locked += 1
                 continue
             if row is None:
-                record_job(record, state=JobState.DEAD)
+                record_from_wal(record, state=JobState.DEAD)
                 report.adopted += 1
             elif row.node != settings.LESSONQ_QUEUE:
                 # Another node owns the job: it adopted this node's dead jobs (this is the node that came
@@ -387,13 +387,13 @@ def _reconcile_wal_record(
     if _stale(record, now):
         wal().move_to(record.id, expired_dir())
         if row is None:
-            row = record_job(record, state=JobState.EXPIRED)
+            row = record_from_wal(record, state=JobState.EXPIRED)
         row.mark_expired()
         metrics.STALE_DISCARDED.inc()
         report.expired += 1
         return
     if row is None:
-        record_job(record)
+        record_from_wal(record)
         report.adopted += 1
         if pull_in:
             pulled.append(record.id)
@@ -430,8 +430,9 @@ def _existing_ids(ids: list[str]) -> set[str]:
 
 ADOPT_ROW_COLUMNS = (
     "id, node, state, task, output, outcome, trigger, agent, attempts, enqueued_at, next_attempt_at, last_error,"
-    " waiting_reason, redispatches, claimed_by, created_at, updated_at"
+    " waiting_reason, redispatches, claimed_by, created_at, updated_at, workspace_id, agent_token_id"
 )
+
 
 ADOPT_FROM_SCRATCH = (
     f"INSERT INTO queue_job ({ADOPT_ROW_COLUMNS}) SELECT {ADOPT_ROW_COLUMNS} FROM lessonq_adopt"  # noqa: S608 - constants
@@ -455,6 +456,7 @@ def adopt_records(records: list[WalJob], *, now: datetime | None = None) -> int:
     created = timezone.now().isoformat()
     now_text = now.isoformat() if now is not None else ""
     node, pending = settings.LESSONQ_QUEUE, JobState.PENDING.value
+    workspaces, tokens = senders(records)
     rows = []
     for r in records:
         enqueued_text = r.enqueued_at.isoformat()
@@ -466,7 +468,8 @@ def adopt_records(records: list[WalJob], *, now: datetime | None = None) -> int:
         rows.append(
             # The row holds what PostgreSQL can store; the record keeps the exact text (docs/api.md#input-policy).
             (r.id, node, pending, storable(r.task), storable(r.attempt), storable(r.outcome), storable(r.trigger),
-             "", r.attempts, enqueued_text, due_text, storable(r.last_error), "", 0, "", created, created)
+             storable(r.agent), r.attempts, enqueued_text, due_text, storable(r.last_error), "", 0, "", created,
+             created, workspaces.get(r.workspace), r.token_id if r.token_id in tokens else None)
         )  # fmt: skip
     try:
         with transaction.atomic(), connection.cursor() as cursor:

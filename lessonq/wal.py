@@ -77,9 +77,15 @@ class WalJob:
     next_attempt_at: datetime = gojson.GO_ZERO_TIME
     attempts: int = 0
     last_error: str = ""
+    # lessonboard's own: who sent the trigger (docs/compat/chatcli.md#wal-envelope). A row adopted from the
+    # record alone (its insert failed, or a sweep listed the record first) keeps its workspace, agent and
+    # token. Empty for chatcli's records and for triggers sent without them.
+    workspace: str = ""
+    agent: str = ""
+    token_id: int = 0
 
     def envelope(self) -> dict[str, Any]:
-        return {
+        envelope: dict[str, Any] = {
             "v": RECORD_VERSION,
             "job": {
                 "ID": self.id,
@@ -95,6 +101,10 @@ class WalJob:
                 "LastError": self.last_error,
             },
         }
+        if self.workspace or self.agent or self.token_id:
+            # A third key, which chatcli's reader (Go's encoding/json) ignores as unknown.
+            envelope["lb"] = {"Workspace": self.workspace, "Agent": self.agent, "Token": self.token_id}
+        return envelope
 
     def payload(self) -> bytes:
         return gojson.dumps(self.envelope()).encode("utf-8")
@@ -160,6 +170,7 @@ def decode(payload: bytes) -> WalJob:
         raise CorruptRecord(f"unsupported record version {version}")
     job = _fold(env.get("job") or {})
     req = _fold(job.get("request") or {})
+    sender = _fold(env.get("lb") or {})
     try:
         enqueued = _time(job.get("enqueuedat"))
         return WalJob(
@@ -173,14 +184,19 @@ def decode(payload: bytes) -> WalJob:
             next_attempt_at=_time(job.get("nextattemptat")),
             attempts=int(job.get("attempts") or 0),
             last_error=_str(job.get("lasterror")),
+            workspace=_str(sender.get("workspace")),
+            agent=_str(sender.get("agent")),
+            token_id=int(sender.get("token") or 0),
         )
     except (TypeError, ValueError, OverflowError) as exc:
         raise CorruptRecord(f"bad job fields: {exc}") from exc
 
 
 _ENVELOPE_KEYS = frozenset(("v", "job"))
+_ENVELOPE_KEYS_SENDER = frozenset(("v", "job", "lb"))
 _CANONICAL_JOB = frozenset(("ID", "Request", "EnqueuedAt", "NextAttemptAt", "Attempts", "LastError"))
 _CANONICAL_REQUEST = frozenset(("Task", "Attempt", "Outcome", "Trigger"))
+_CANONICAL_SENDER = frozenset(("Workspace", "Agent", "Token"))
 
 
 def _decode_canonical(data: dict[str, Any]) -> WalJob | None:
@@ -189,8 +205,20 @@ def _decode_canonical(data: dict[str, Any]) -> WalJob | None:
     100,000s of these, so each step is the cheapest that says the same: key sets compared whole, the
     types checked one by one, and the record built without the frozen dataclass's per-field
     ``object.__setattr__`` (a third of the time)."""
-    if data.keys() != _ENVELOPE_KEYS or data["v"] != RECORD_VERSION:
+    keys = data.keys()
+    if (keys != _ENVELOPE_KEYS and keys != _ENVELOPE_KEYS_SENDER) or data["v"] != RECORD_VERSION:
         return None
+    workspace = agent = ""
+    token_id = 0
+    if "lb" in data:
+        sender = data["lb"]
+        if type(sender) is not dict or sender.keys() != _CANONICAL_SENDER:
+            return None
+        workspace, agent, token_id = sender["Workspace"], sender["Agent"], sender["Token"]
+        if not (type(workspace) is str and type(agent) is str and type(token_id) is int):
+            return None
+        if not (workspace + agent).isascii():
+            workspace, agent = _str(workspace), _str(agent)
     job = data["job"]
     if type(job) is not dict or job.keys() != _CANONICAL_JOB:
         return None
@@ -229,6 +257,9 @@ def _decode_canonical(data: dict[str, Any]) -> WalJob | None:
         next_attempt_at=next_attempt,
         attempts=attempts,
         last_error=last_error,
+        workspace=workspace,
+        agent=agent,
+        token_id=token_id,
     )
     return record
 

@@ -167,6 +167,58 @@ def test_it_answers_202_while_the_jobs_table_is_unavailable_and_the_row_appears_
     assert job.dispatched_at is not None
 
 
+def test_a_job_adopted_from_its_record_alone_keeps_its_workspace_agent_and_token(
+    db: Any, queue_dir: Path, fake_openai: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bound token's trigger accepted while the jobs table is unavailable is adopted by the sweeper with
+    the workspace, agent and token it came with (the record names them), not into the workspace-less pool;
+    so is one the sweeper lists between the WAL append and the row (a race, no outage)."""
+    from django.db import connection
+
+    from lessonboard.tokens import issue_token
+    from lessonq import reconcile
+    from tests.factories import WorkspaceFactory
+    from tests.support.clients import ApiClient
+
+    WorkspaceFactory(slug="shop")
+    issued = issue_token("agent-shop", ["full"], workspaces=["shop"])
+    shop = ApiClient(issued.plaintext)
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE queue_job RENAME TO queue_job_away")
+    try:
+        response = shop.post(
+            URL, {"task": "db down", "output": "o", "error": "x", "workspace": "shop", "agent": "coder"}
+        )
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE queue_job_away RENAME TO queue_job")
+    assert response.status_code == 202 and response.json()["status"] == "accepted"
+    job_id = response.json()["job_id"]
+    assert wal().read(job_id).workspace == "shop"
+    assert reconcile.sweep().adopted == 1
+    job = Job.objects.get(pk=job_id)
+    assert (job.workspace.slug, job.agent, job.agent_token_id) == ("shop", "coder", issued.token.pk)
+
+    # The race: the sweep adopts the record before the ingest's own insert, which then finds the row.
+    import lessonq.ingest as ingest
+
+    request = detect(AgentResult(task="raced", output="o", error="x"))
+    assert request is not None
+    record_seen: list[str] = []
+    real_insert = ingest._insert_row
+
+    def insert_after_a_sweep(record: Any, **kwargs: Any) -> Any:
+        record_seen.append(record.id)
+        assert reconcile.sweep().adopted == 1
+        return real_insert(record, **kwargs)
+
+    monkeypatch.setattr(ingest, "_insert_row", insert_after_a_sweep)
+    enqueued = ingest.enqueue(request, agent="coder", workspace="shop", token=issued.token)
+    assert record_seen == [enqueued.job_id]
+    job = Job.objects.get(pk=enqueued.job_id)
+    assert (job.workspace.slug, job.agent, job.agent_token_id) == ("shop", "coder", issued.token.pk)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_processes_enqueueing_the_same_job_at_once_write_one_record(queue_dir: Path, tmp_path: Path) -> None:
     import subprocess

@@ -61,6 +61,23 @@ def test_it_serialises_a_zero_job_like_go() -> None:
     )
 
 
+def test_a_record_names_its_sender_in_a_key_chatcli_ignores_and_reads_back_the_same() -> None:
+    """lessonboard's third key (workspace, agent, token): written only when there is one, read back by the
+    fast path and by the general one alike, and re-encoded to the same bytes."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    job = WalJob(id="z", task="t", enqueued_at=at, next_attempt_at=at, workspace="shop", agent="cöder", token_id=7)
+    payload = job.payload()
+    assert payload.decode().endswith(',"lb":{"Workspace":"shop","Agent":"cöder","Token":7}}')
+    assert decode(payload) == job and decode(payload).payload() == payload
+    spaced = payload.decode().replace(',"lb":', ', "lb": ').encode()  # not canonical: the general reader
+    assert decode(spaced) == job
+    folded = b'{"v":1,"job":{"ID":"z"},"LB":{"workspace":"shop","token":3}}'
+    assert (decode(folded).workspace, decode(folded).agent, decode(folded).token_id) == ("shop", "", 3)
+    assert b'"lb"' not in WalJob(id="z").payload()  # chatcli's records stay as chatcli writes them
+    with pytest.raises(CorruptRecord):
+        decode(b'{"v":1,"job":{"ID":"z"},"lb":{"Workspace":5}}')
+
+
 def test_it_escapes_strings_like_go() -> None:
     text = 'a<b>&c\u2028d\u2029e"f\\g\nh\ri\tj\x01k\x7fl é 日本 \ud800'
     encoded = gojson.dumps({"s": text})
