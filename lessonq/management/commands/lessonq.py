@@ -27,7 +27,11 @@ class Command(BaseCommand):
         imp.add_argument("--json", action="store_true", help="machine-readable output")
         adopt = sub.add_parser("adopt", help="adopt the active and dead jobs of NODE (its lease must have run out)")
         adopt.add_argument("node", help="the node's name (LESSONBOARD_NODE) or its queue lessonq.<node>")
-        adopt.add_argument("--now", action="store_true", help="do not wait for its lease: retire it (stop it first)")
+        adopt.add_argument(
+            "--now",
+            action="store_true",
+            help="adopt even while its lease is live: retire it (stop it first); without --now a live node gives nothing",
+        )
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "adopt":
