@@ -76,7 +76,9 @@ class Dispatcher(threading.Thread):
                 failures += 1
                 log.warning("lessonq: sending owed messages failed (retrying): %s", exc)
                 connection.close_if_unusable_or_obsolete()
-                self.stopping.wait(min(IDLE_WAIT * 2**failures, ERROR_WAIT_MAX))
+                # The exponent stops growing once the wait is at its cap: 2.0**1024 overflows a float, and the
+                # thread would die after ~85 minutes of an outage, leaving the sweeper's re-publish alone.
+                self.stopping.wait(min(IDLE_WAIT * 2 ** min(failures, 32), ERROR_WAIT_MAX))
                 continue
             if sent < BATCH:
                 self.stopping.wait(IDLE_WAIT)

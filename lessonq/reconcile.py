@@ -50,7 +50,9 @@ log = logging.getLogger(__name__)
 BATCH = 500
 ADOPT_BATCH = 5000  # records adopted by one COPY (and one commit)
 # The database is down or the connection broke: no record is at fault, stop the pass and retry later.
-_OUTAGE = (OperationalError, InterfaceError)
+# Django's wrappers, and psycopg's own: an adoption COPY runs on the raw cursor, whose lost connection is not
+# wrapped. A connection error is an outage, never a poison record (docs/operations.md#poison-records).
+_OUTAGE = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
 
 
 @dataclass

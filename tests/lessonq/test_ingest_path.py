@@ -182,3 +182,26 @@ def test_the_dispatcher_keeps_what_it_owes_while_the_broker_is_down_and_sends_it
     sent = [p for p in queue.iterdir() if p.name.endswith(".msg")]
     assert len(sent) == 1 and job_id in sent[0].read_text()
     assert not Outbox.objects.exists()
+
+
+def test_the_dispatcher_outlives_a_long_outage(db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its wait doubles up to a cap after each failure; past 1,024 failures in a row (~85 minutes at the
+    cap) the doubling overflowed a float and the thread died, leaving the outbox to the sweeper alone."""
+    from lessonq import outbox
+
+    dispatcher = outbox.Dispatcher()
+    failures = 0
+    waits: list[float] = []
+
+    def broker_down(limit: int = outbox.BATCH) -> int:
+        nonlocal failures
+        failures += 1
+        if failures > 1100:
+            dispatcher.stopping.set()
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(outbox, "drain_once", broker_down)
+    monkeypatch.setattr(dispatcher.stopping, "wait", lambda seconds: waits.append(seconds))
+    dispatcher.run()  # returns once stopping is set, instead of raising OverflowError at the 1,024th failure
+    assert failures == 1101 and len(waits) == 1101
+    assert waits[0] == outbox.IDLE_WAIT * 2 and max(waits) == waits[-1] == outbox.ERROR_WAIT_MAX

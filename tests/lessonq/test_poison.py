@@ -80,6 +80,28 @@ def test_it_quarantines_a_record_the_database_refuses_and_adopts_the_others(queu
     assert reconcile.sweep().quarantined == 0  # nothing left to block the next pass
 
 
+def test_a_lost_connection_during_an_adoption_copy_is_an_outage_not_a_poison_record(
+    queue_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The adoption COPY runs on psycopg's own cursor: its connection error is psycopg's, not Django's, and
+    must stop the pass like any outage instead of quarantining the record it was adopting."""
+    import psycopg
+
+    one = record("00000000000000c1")
+    wal().append(one)
+
+    def connection_lost(*args: Any, **kwargs: Any) -> int:
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(reconcile, "adopt_records", connection_lost)
+    with pytest.raises(psycopg.OperationalError):
+        reconcile.sweep()
+    assert wal().exists(one.id)
+    assert not list((queue_dir / "quarantine").glob("*"))
+    monkeypatch.undo()
+    assert reconcile.sweep().adopted == 1
+
+
 def test_reflect_drain_succeeds_past_a_poison_record(queue_dir: Path, fake_openai: Any) -> None:
     wal().append(record("00000000000000c1", trigger="x" * 50))  # longer than the trigger column
     wal().append(record("00000000000000c2"))
