@@ -98,28 +98,44 @@ def availability() -> tuple[str, Any]:
     return "", None
 
 
-def _guarded(call: Callable[[], T], *, probe: bool = False) -> T:
+def _refuse_while_paused(row: Any, *, claim: bool = True) -> None:
+    """``LLMRateLimited`` (``paused``: no call made) while the endpoint's rate-limit pause is on. Once it has
+    run out, ``claim`` claims the trial for this caller (the others keep waiting); without it the caller goes
+    on and claims it later (a chat call, once it holds its slot)."""
+    if row is None or row.rate_limits <= 0:
+        return
+    pause = ratelimit.admit(row) if claim else ratelimit.in_force(row)
+    if pause is not None:
+        raise LLMRateLimited(pause.text, retry_after=pause.seconds(), paused=True)
+
+
+def _pause(exc: LLMRateLimited) -> None:
+    """Pause every call to the endpoint for the wait a rate-limit answer names (``exc.retry_after`` becomes
+    the pause's length). Neither an outage nor an answer: the breaker's count stays as it is."""
+    pause = ratelimit.record(exc.message, exc.retry_after)
+    if pause is not None:
+        exc.retry_after = pause.seconds()
+
+
+def _guarded(call: Callable[[bool], T], *, probe: bool = False, claim: bool = True) -> T:
     """Run one provider call through the breaker and the rate limit: refuse it while the breaker is open
-    (unless it is the probe) or a rate-limit pause is on, count outage errors, pause on a rate limit, and
-    reset the count (and lift a pause) on any answer."""
+    (unless it is the probe) or a rate-limit pause is on, count outage errors, and reset the count (and
+    lift a pause) on any answer. ``call`` pauses the endpoint itself on a rate-limit answer (``_pause``).
+    With ``claim=False`` (``chat``: it may wait for a slot first) a pause that has run out is not claimed
+    here: ``call`` gets True and claims the trial itself, just before its request."""
     from lessonboard.llm import breaker  # lazily: it reads the models, which a spawned embedder has not
 
+    limited = False
     if not probe:
         row = breaker.gate()
         if row is not None and row.state in breaker.OPEN_STATES and not breaker.claim_trial():
             raise LLMUnreachable(breaker._outage_of(row).text)  # a due probe lets this real call try
-        if row is not None and row.rate_limits > 0:
-            pause = ratelimit.admit(row)
-            if pause is not None:
-                raise LLMRateLimited(pause.text, retry_after=pause.seconds(), paused=True)
+        _refuse_while_paused(row, claim=claim)
+        limited = not claim and row is not None and row.rate_limits > 0
     try:
-        result = call()
-    except LLMRateLimited as exc:
-        # Neither an outage nor an answer: the breaker's count stays as it is; every caller pauses.
-        pause = ratelimit.record(exc.message, exc.retry_after)
-        if pause is not None:
-            exc.retry_after = pause.seconds()
-        raise
+        result = call(limited)
+    except LLMRateLimited:
+        raise  # neither an outage nor an answer: the breaker's count stays as it is
     except LLMError as exc:
         if exc.outage:
             breaker.record_failure(exc.message)
@@ -158,9 +174,16 @@ def chat(
     api = client(timeout=timeout)
     chosen = model
 
-    def create() -> Any:
+    def create(limited: bool) -> Any:
+        from lessonboard.llm import breaker  # lazily: it reads the models, which a spawned embedder has not
+
         # One of the node's slots for the call's length; its outcome adapts the node's limit (AIMD).
         with limiter.slot(chosen) as held:
+            if limited or (held.waited and not probe):
+                # The trial of a pause that ran out is claimed here, with the slot held; and a pause may
+                # have begun while this call waited for its slot: a queue of waiting calls must not fire
+                # into it. (A call that found a slot free at once adds no read to the healthy path.)
+                _refuse_while_paused(breaker.gate())
             try:
                 response = api.chat.completions.create(
                     model=chosen,
@@ -172,6 +195,8 @@ def chat(
                 error = classify(exc)
                 if isinstance(error, LLMRateLimited) or isinstance(exc, openai.APITimeoutError):
                     held.outcome = "overload"
+                if isinstance(error, LLMRateLimited):
+                    _pause(error)  # before the slot is given back: the call waiting for it sees the pause
                 raise error from exc
             except ValueError as exc:  # the client decodes the body itself: a garbled one surfaces as ValueError
                 raise TransientLLMError(f"malformed chat response from provider: {exc}") from exc
@@ -180,9 +205,9 @@ def chat(
 
     started = time.monotonic()
     try:
-        response = _guarded(create, probe=probe)
+        response = _guarded(create, probe=probe, claim=False)
         choice = response.choices[0]
-        text = choice.message.content or ""
+        text = _content_text(choice.message.content)
     except LLMError as exc:
         # Refused before the provider was asked (breaker open, pause on, no slot): no call to record.
         if not isinstance(exc, LLMUnreachable | LLMSaturated | LLMNotConfigured) and not getattr(exc, "paused", False):
@@ -200,6 +225,7 @@ def chat(
     finish = getattr(choice, "finish_reason", None)
     usage_log.record(
         model=getattr(response, "model", None) or chosen,
+        asked=chosen,
         messages=messages,
         text=text,
         usage=usage,
@@ -215,15 +241,37 @@ def chat(
     )
 
 
+def _content_text(content: Any) -> str:
+    """A message's text: the string, or the text of its ``"text"`` parts joined when the provider sends a
+    list of content parts (``[{"type": "text", "text": "…"}]``); other parts (images, audio) are skipped.
+    ``TypeError`` for anything else: a malformed answer."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise TypeError(f"message content is a {type(content).__name__}, not text")
+    texts = []
+    for part in content:
+        if not isinstance(part, dict):
+            raise TypeError(f"message content part is a {type(part).__name__}, not an object")
+        if part.get("type") == "text":
+            if not isinstance(part.get("text"), str):
+                raise TypeError("message content part of type text has no text")
+            texts.append(part["text"])
+    return "".join(texts)
+
+
 def embed(texts: list[str], *, model: str, timeout: float | None = None) -> list[list[float]]:
     """Embeddings for ``texts`` from the configured OpenAI-compatible endpoint, in input order."""
     api = client(timeout=timeout)
 
-    def create() -> Any:
+    def create(limited: bool) -> Any:  # ``limited`` is always False here: ``_guarded`` claims the trial
         try:
             return api.embeddings.create(model=model, input=texts)
         except openai.OpenAIError as exc:
-            raise classify(exc) from exc
+            error = classify(exc)
+            if isinstance(error, LLMRateLimited):
+                _pause(error)
+            raise error from exc
         except ValueError as exc:
             raise TransientLLMError(f"malformed embeddings response from provider: {exc}") from exc
 

@@ -10,8 +10,9 @@ database round trip. A worker's call waits for a slot (up to LLM_SLOT_WAIT); a w
 The number of slots a caller may take adapts (AIMD, as TCP finds a link's capacity): it starts at the
 configured limit (the ceiling); every answered call adds ``INCREASE / allowed`` (one slot more per
 ``allowed`` answers), every rate-limit answer (429, 503 + Retry-After) or timeout multiplies it by ``DECREASE``, never
-below ``FLOOR``. Only a call that started after the last cut can cut again, so the 16 rate-limit answers of
-one burst halve the limit once, not sixteen times. The value lives in ``<slot dir>/aimd`` (a float and the
+below ``FLOOR``. Only a call that asked for its slot after the last cut can cut again, so the 16 rate-limit
+answers of one burst halve the limit once, not sixteen times (a call that waited for its slot through the
+cut belongs to the burst it queued behind). The value lives in ``<slot dir>/aimd`` (a float and the
 time of the last cut), rewritten whole with ``os.replace`` under ``flock`` on ``aimd.lock``: every process
 of the node reads the same limit, a killed writer leaves the old value or the new one, never half a file,
 and the kernel drops its lock. Held slots above a lowered limit finish their call; new callers only take
@@ -284,11 +285,14 @@ def in_use(model: str) -> int:
 
 class Held:
     """A slot held for one call: the gateway marks it ``overload`` on a rate-limit answer or a timeout,
-    ``answered`` when the endpoint answered; the slot adapts the limit when it is given back."""
+    ``answered`` when the endpoint answered; the slot adapts the limit when it is given back. ``started``:
+    when the call asked for its slot (Unix time), which decides whether its overload may cut again;
+    ``waited``: no slot was free when it asked (the gateway looks at the rate-limit pause again)."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, started: float | None = None, *, waited: bool = False) -> None:
         self.model = model
-        self.started = time.time()
+        self.started = time.time() if started is None else started
+        self.waited = waited
         self.outcome = ""  # "answered", "overload" or "" (another error: the limit stays)
 
 
@@ -299,6 +303,7 @@ def slot(model: str, *, wait: float | None = None) -> Iterator[Held]:
     back carries the call's outcome, which adapts the limit (AIMD) when the block ends."""
     from lessonboard.metrics import LLM_CALLS_IN_FLIGHT, LLM_SATURATED
 
+    asked = time.time()  # a call that waits through a cut is of the burst that made it: it cuts no more
     limit = allowed(model)
     folder = slot_dir(model)
     folder.mkdir(parents=True, exist_ok=True)
@@ -308,6 +313,7 @@ def slot(model: str, *, wait: float | None = None) -> Iterator[Held]:
     deadline = time.monotonic() + wait
     pause = 0.005
     fd = _try_take(folder, limit)
+    waited = fd is None
     while fd is None:
         if time.monotonic() >= deadline:
             LLM_SATURATED.inc()
@@ -319,7 +325,7 @@ def slot(model: str, *, wait: float | None = None) -> Iterator[Held]:
         limit = allowed(model)  # the limit may have grown (or shrunk) while this caller waited
         fd = _try_take(folder, limit)
     LLM_CALLS_IN_FLIGHT.inc()
-    held = Held(model)
+    held = Held(model, started=asked, waited=waited)
     try:
         yield held
     finally:

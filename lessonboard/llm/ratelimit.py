@@ -3,14 +3,18 @@
 A 429, or a 503 that names a ``Retry-After``, is its own error class (``LLMRateLimited``): not an outage
 (it does not count toward the breaker) and not an answer (it does not reset the breaker's count). It
 pauses every call to that endpoint, from every web and worker process, for the wait the provider names —
-``retry-after-ms``, ``Retry-After`` (seconds or an HTTP date), or OpenAI's ``x-ratelimit-reset-requests`` /
-``-tokens`` (``6m0s``, ``250ms``) — or, when it names none, for LLM_RATE_LIMIT_BACKOFF doubled per
-consecutive rate-limit answer; either capped by LLM_RATE_LIMIT_MAX_PAUSE. The state lives on the
-breaker's row (``LLMBreaker.paused_until``, ``rate_limits``) so all processes see it.
+``retry-after-ms``, ``Retry-After`` (seconds or an HTTP date, in GMT when it names no zone), or OpenAI's
+``x-ratelimit-reset-requests`` / ``-tokens`` (``6m0s``, ``250ms``) — or, when it names none (no header, or
+"nan", "inf", a date that does not parse), for LLM_RATE_LIMIT_BACKOFF doubled per consecutive rate-limit
+answer; either capped by LLM_RATE_LIMIT_MAX_PAUSE. The state lives on the breaker's row
+(``LLMBreaker.paused_until``, ``rate_limits``) so all processes see it.
 
 When the pause runs out, one caller claims a trial (a conditional UPDATE that moves ``paused_until``
 TRIAL_SECONDS ahead, as the breaker's probe is claimed) and the others keep waiting: a storm that goes on
-costs one call per pause, not one per waiting job. An answer resets the count and lifts the pause.
+costs one call per pause, not one per waiting job. An answer resets the count and lifts the pause. A chat
+call looks at the pause before it waits for one of the node's slots, claims the trial only once it holds
+one, and looks again if it had to wait for it: a pause that began meanwhile refuses it too (the answer that
+starts a pause records it before its slot is given back).
 Lesson jobs that meet the pause wait without spending an attempt and come back when it ends
 (``lessonq.processing``); reviews answer 503 with ``Retry-After``.
 """
@@ -18,9 +22,10 @@ Lesson jobs that meet the pause wait without spending an attempt and come back w
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -55,13 +60,22 @@ class Pause:
         return f"LLM rate-limited until {until} ({self.consecutive} in a row) — last answer: {self.last_error}"
 
 
+def _number(text: str) -> float | None:
+    """A number of seconds (or milliseconds) as a header writes it; ``None`` for text or "nan"/"inf", which
+    name no wait (a non-finite one would break the pause's arithmetic)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return max(value, 0.0) if math.isfinite(value) else None
+
+
 def _duration(text: str) -> float | None:
     """OpenAI's reset durations ("1s", "6m0s", "1h2m3.5s", "250ms") or a plain number of seconds."""
     text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
+    seconds = _number(text)
+    if seconds is not None:
+        return seconds
     parts = _DURATION_PART.findall(text)
     if not parts or "".join(a + b for a, b in parts) != text:
         return None
@@ -76,21 +90,22 @@ def wait_named(headers: Any, *, now: datetime | None = None) -> float | None:
     get = headers.get
     value = get("retry-after-ms")
     if value:
-        try:
-            return max(float(value) / 1000.0, 0.0)
-        except ValueError:
-            pass
+        millis = _number(value)
+        if millis is not None:
+            return millis / 1000.0
     value = get("retry-after")
     if value:
+        seconds = _number(value)
+        if seconds is not None:
+            return seconds
         try:
-            return max(float(value), 0.0)
-        except ValueError:
-            try:
-                when = parsedate_to_datetime(value)
-            except (TypeError, ValueError):
-                when = None
-            if when is not None:
-                return max((when - (now or timezone.now())).total_seconds(), 0.0)
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, OverflowError):  # OverflowError: a year too large for C
+            when = None
+        if when is not None:
+            if when.tzinfo is None:  # "-0000" or no zone at all: HTTP dates are in GMT
+                when = when.replace(tzinfo=UTC)
+            return max((when - (now or timezone.now())).total_seconds(), 0.0)
     waits = []
     for kind in ("requests", "tokens"):
         reset, remaining = get(f"x-ratelimit-reset-{kind}"), get(f"x-ratelimit-remaining-{kind}")
@@ -137,6 +152,15 @@ def current(*, now: datetime | None = None) -> Pause | None:
         log.debug("llm rate limit: cannot read state: %s", exc)
         return None
     return _pause_of(row) if row is not None else None
+
+
+def in_force(row: Any, *, now: datetime | None = None) -> Pause | None:
+    """For a breaker row with a rate limit on: the pause still ahead, or ``None`` when it has run out (a
+    look that claims nothing: the caller claims the trial with ``admit`` once it is about to call)."""
+    now = now or timezone.now()
+    if row.paused_until is not None and row.paused_until > now:
+        return _pause_of(row)
+    return None
 
 
 def admit(row: Any, *, now: datetime | None = None) -> Pause | None:

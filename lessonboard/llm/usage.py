@@ -3,9 +3,12 @@ cost, workspace, agent, and the prompt's name and version.
 
 Callers say what a call is for with ``context(purpose=…, workspace=…, agent=…, prompt=…, version=…)``
 around it (a context variable, so the gateway's signature stays as it is); the gateway records the call
-when it ends, answered or not. Tokens come from the answer's ``usage``; a server that sends none gets an
-estimate (characters / 4) marked ``tokens_estimated``. Cost comes from LESSONBOARD_LLM_PRICES,
-``model=input/output`` in currency units per million tokens. Recording never turns a call into an error.
+when it ends, answered or not. Tokens come from the answer's ``usage``; a server that sends none, or one
+without the prompt and completion counts, gets an estimate (characters / 4; a ``total_tokens`` it did send
+is split between the two as the estimate does) marked ``tokens_estimated``. Cost comes from
+LESSONBOARD_LLM_PRICES, ``model=input/output`` in currency units per million tokens, looked up under the
+model that answered, else the one asked for (OpenAI answers "gpt-4o-2024-08-06" for "gpt-4o"), else
+``*``. Recording never turns a call into an error.
 """
 
 from __future__ import annotations
@@ -63,8 +66,11 @@ def prices() -> dict[str, tuple[Decimal, Decimal]]:
     return table
 
 
-def cost(model: str, prompt_tokens: int, completion_tokens: int) -> Decimal:
-    price = prices().get(model) or prices().get("*")
+def cost(model: str, prompt_tokens: int, completion_tokens: int, *, asked: str = "") -> Decimal:
+    """What a call cost at the price of ``model`` (the one that answered), else of ``asked`` (the one asked
+    for: a provider answers with a dated name such as "gpt-4o-2024-08-06"), else of ``*``."""
+    table = prices()
+    price = table.get(model) or table.get(asked) or table.get("*")
     if price is None:
         return Decimal(0)
     return (price[0] * prompt_tokens + price[1] * completion_tokens) / Decimal(1_000_000)
@@ -74,9 +80,40 @@ def estimate_tokens(text: str) -> int:
     return max((len(text) + 3) // 4, 1) if text else 0
 
 
+def _count(usage: Any, name: str) -> int | None:
+    """One token count of the answer's ``usage``; ``None`` when it has none (absent, null, not a number)."""
+    value = getattr(usage, name, None)
+    if value is None:
+        return None
+    try:
+        return max(int(value), 0)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _tokens(usage: Any, messages: list[dict[str, str]], text: str) -> tuple[int, int]:
+    """``(prompt, completion)`` for an answer whose ``usage`` lacks a count. A ``total_tokens`` it sent is
+    kept: the missing count is the rest of it, or, both missing, it is split as the estimate splits; any
+    count still missing is the estimate (characters / 4)."""
+    prompt, completion, total = (_count(usage, name) for name in ("prompt_tokens", "completion_tokens", "total_tokens"))
+    guess_prompt = sum(estimate_tokens(m.get("content", "")) for m in messages)
+    guess_completion = estimate_tokens(text)
+    if total is not None:
+        if prompt is None and completion is None:
+            guessed = guess_prompt + guess_completion
+            prompt = round(total * guess_prompt / guessed) if guessed else total
+            completion = total - prompt
+        elif prompt is None and completion is not None and completion <= total:
+            prompt = total - completion
+        elif completion is None and prompt is not None and prompt <= total:
+            completion = total - prompt
+    return (guess_prompt if prompt is None else prompt, guess_completion if completion is None else completion)
+
+
 def record(
     *,
     model: str,
+    asked: str = "",
     messages: list[dict[str, str]],
     text: str = "",
     usage: Any = None,
@@ -84,18 +121,20 @@ def record(
     outcome: str,
     error: str = "",
 ) -> None:
-    """One row and the counters for a call that just ended."""
+    """One row and the counters for a call that just ended: ``model`` the one that answered (the row's),
+    ``asked`` the one the call asked for (its price when the answer's name has none)."""
     from lessonboard.metrics import LLM_CALLS, LLM_COST, LLM_TOKENS
     from lessonboard.models import LLMCall
 
     ctx = _CONTEXT.get()
-    prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
-    completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-    estimated = usage is None and outcome in ("ok", "truncated")
+    prompt_tokens = _count(usage, "prompt_tokens")
+    completion_tokens = _count(usage, "completion_tokens")
+    # An answer without both counts (no ``usage``, ``"usage": {}``, only ``total_tokens``) is estimated.
+    estimated = (prompt_tokens is None or completion_tokens is None) and outcome in ("ok", "truncated")
     if estimated:
-        prompt_tokens = sum(estimate_tokens(m.get("content", "")) for m in messages)
-        completion_tokens = estimate_tokens(text)
-    spent = cost(model, prompt_tokens, completion_tokens)
+        prompt_tokens, completion_tokens = _tokens(usage, messages, text)
+    prompt_tokens, completion_tokens = prompt_tokens or 0, completion_tokens or 0
+    spent = cost(model, prompt_tokens, completion_tokens, asked=asked)
     purpose = ctx.purpose if ctx.purpose in PURPOSES else "other"
     try:
         LLM_CALLS.labels(purpose=purpose, model=model, outcome=outcome).inc()

@@ -1,5 +1,8 @@
 """The gateway, through the real ``openai`` client, against the fake server over HTTP."""
 
+import json
+from typing import Any
+
 import pytest
 
 from lessonboard import llm
@@ -8,6 +11,19 @@ from tests.fakes.openai_server import Reply
 
 def _ask() -> llm.ChatResult:
     return llm.chat([{"role": "user", "content": "hello"}])
+
+
+def _answer_with_content(content: Any) -> Reply:
+    """A chat answer whose message ``content`` is ``content`` as it is (the fake only sends strings)."""
+    body = {
+        "id": "chatcmpl-content",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "fake-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+    return Reply(body=json.dumps(body))
 
 
 def test_it_returns_the_reply_and_token_counts(fake_openai):
@@ -49,6 +65,34 @@ def test_it_maps_a_malformed_body_to_transient(fake_openai):
     fake_openai.script(Reply(body="{not json"))
     with pytest.raises(llm.TransientLLMError):
         _ask()
+
+
+def test_content_sent_as_parts_is_the_text_of_its_text_parts(fake_openai):
+    fake_openai.script(
+        _answer_with_content(
+            [
+                {"type": "text", "text": "LESSON: a"},
+                {"type": "image_url", "image_url": {"url": "https://example.invalid/x.png"}},
+                {"type": "text", "text": "\nMISTAKE: b"},
+            ]
+        )
+    )
+    result = _ask()
+    assert result.text == "LESSON: a\nMISTAKE: b"
+    assert (result.prompt_tokens, result.completion_tokens) == (3, 2)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [{"type": "text", "text": "hi"}, 42, ["hi"], [{"type": "text", "text": 7}], [{"type": "text"}]],
+    ids=["object", "number", "list-of-strings", "text-not-a-string", "text-missing"],
+)
+def test_other_content_that_is_not_text_is_a_malformed_answer(fake_openai, content):
+    fake_openai.script(_answer_with_content(content))
+    with pytest.raises(llm.TransientLLMError, match="malformed chat response from provider") as info:
+        _ask()
+    assert type(info.value) is llm.TransientLLMError and not info.value.outage  # as a garbled body is
+    assert len(fake_openai.chat_requests()) == 1
 
 
 def test_it_maps_an_unreachable_endpoint_to_transient(settings):

@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 import threading
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,6 +42,21 @@ def _ask() -> llm.ChatResult:
 def _lift_pause(settings: Any) -> None:
     """The provider's pause is its own mechanism (test_llm_rate_limit.py); here it is lifted at once."""
     LLMBreaker.objects.filter(pk=settings.LLM_BASE_URL).update(rate_limits=0, paused_until=None)
+
+
+def _waiting_for_a_slot(monkeypatch: Any) -> set[int]:
+    """The threads that have found every slot they may take held (so they wait in ``limiter.slot``)."""
+    waiting: set[int] = set()
+    take = limiter._try_take
+
+    def try_take(folder: Path, limit: int) -> int | None:
+        fd = take(folder, limit)
+        if fd is None:
+            waiting.add(threading.get_ident())
+        return fd
+
+    monkeypatch.setattr(limiter, "_try_take", try_take)
+    return waiting
 
 
 def test_429s_cut_the_allowed_concurrency_and_answers_grow_it_back_to_the_ceiling(ceiling4: Any, settings: Any) -> None:
@@ -95,6 +112,61 @@ def test_one_burst_of_429s_cuts_once(ceiling4: Any, settings: Any) -> None:
         thread.join(30)
     assert len(errors) == 4
     assert limiter.allowed(MODEL) == 2  # the calls had all started before the first cut: one halving
+
+
+def test_calls_queued_for_a_slot_when_a_pause_begins_never_reach_the_provider_and_the_burst_cuts_once(
+    ceiling4: Any, settings: Any, monkeypatch: Any
+) -> None:
+    """Four calls in flight meet a 429 naming 30 s while four more wait for a slot: those four are refused by
+    the pause once they hold a slot, as any call during it is, and the node's limit is halved once."""
+    settings.LLM_TIMEOUT = 120.0  # the four in flight answer when released, not when a timeout strikes
+    settings.LLM_SLOT_WAIT = 120.0
+    ceiling4.script(*[Reply(status=429, delay=120, headers={"Retry-After": "30"}) for _ in range(4)])
+    waiting = _waiting_for_a_slot(monkeypatch)
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            _ask()
+        except BaseException as exc:
+            errors.append(exc)
+
+    in_flight = [threading.Thread(target=call) for _ in range(4)]
+    for thread in in_flight:
+        thread.start()
+    wait_for(lambda: ceiling4.in_flight == 4, timeout=20, what="four calls in flight")
+    queued = [threading.Thread(target=call) for _ in range(4)]
+    for thread in queued:
+        thread.start()
+    wait_for(lambda: len(waiting) == 4, timeout=20, what="four calls waiting for a slot")
+    ceiling4.release()  # the four 429s arrive; each pauses the endpoint before it gives its slot back
+    for thread in in_flight + queued:
+        thread.join(60)
+    assert len(errors) == 8 and all(isinstance(exc, llm.LLMRateLimited) for exc in errors), errors
+    assert sorted(exc.paused for exc in errors) == [False] * 4 + [True] * 4  # 4 met the 429, 4 were refused
+    assert len(ceiling4.chat_requests()) == 4  # the queued calls sent nothing into the pause
+    row = LLMBreaker.objects.get(pk=settings.LLM_BASE_URL)
+    assert row.rate_limit_hits == 4 and row.paused_until is not None
+    assert limiter.allowed(MODEL) == 2  # one halving for the burst
+
+
+def test_a_call_that_waited_for_its_slot_through_a_cut_does_not_cut_again(ceiling4: Any, monkeypatch: Any) -> None:
+    waiting = _waiting_for_a_slot(monkeypatch)
+
+    def late_call() -> None:
+        with limiter.slot(MODEL, wait=60) as held:
+            held.outcome = "overload"  # its 429 is of the burst it queued behind
+
+    late = threading.Thread(target=late_call)
+    with ExitStack() as burst:
+        for _ in range(4):
+            burst.enter_context(limiter.slot(MODEL, wait=0))
+        late.start()
+        wait_for(lambda: waiting, timeout=20, what="a call waiting for a slot")
+        limiter.overloaded(MODEL, started=0.0)  # the burst's first 429 cuts 4 → 2 while it waits
+    late.join(30)
+    assert not late.is_alive()
+    assert limiter.allowed(MODEL) == 2  # not 1: it asked for its slot before the cut
 
 
 def test_a_caller_takes_no_slot_above_the_cut_limit(ceiling4: Any) -> None:

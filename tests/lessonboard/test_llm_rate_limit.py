@@ -52,6 +52,58 @@ def test_retry_after_as_an_http_date() -> None:
     assert 28 <= (ratelimit.wait_named({"retry-after": when}, now=now) or 0) <= 31
 
 
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"Retry-After": "nan"}, None),
+        ({"Retry-After": "inf"}, None),
+        ({"Retry-After": "-inf"}, None),
+        ({"Retry-After": "1e400"}, None),  # inf once parsed
+        ({"retry-after-ms": "nan"}, None),
+        ({"retry-after-ms": "inf", "Retry-After": "7"}, 7.0),  # the next header that names a wait
+        ({"x-ratelimit-reset-requests": "nan", "x-ratelimit-remaining-requests": "0"}, None),
+        ({"Retry-After": "Wed, 21 Oct 99999999999999999999 07:28:00 GMT"}, None),  # a year past C's long
+    ],
+)
+def test_a_wait_that_is_not_a_finite_number_or_date_counts_as_none(
+    headers: dict[str, str], seconds: float | None
+) -> None:
+    assert ratelimit.wait_named({k.lower(): v for k, v in headers.items()}) == seconds
+
+
+@pytest.mark.parametrize("zone", [" -0000", ""])
+def test_retry_after_as_an_http_date_without_a_zone_is_read_as_gmt(zone: str) -> None:
+    now = timezone.now().replace(microsecond=0)  # UTC
+    when = (now + timedelta(seconds=30)).strftime("%a, %d %b %Y %H:%M:%S") + zone
+    assert ratelimit.wait_named({"retry-after": when}, now=now) == 30.0
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_429_naming_a_wait_that_is_no_number_pauses_for_the_backoff(
+    fake_openai: Any, settings: Any, value: str
+) -> None:
+    settings.LLM_RATE_LIMIT_BACKOFF = 2.0
+    settings.LLM_RATE_LIMIT_MAX_PAUSE = 300.0
+    fake_openai.script(Reply(status=429, headers={"Retry-After": value}))
+    with pytest.raises(llm.LLMRateLimited) as info:
+        _ask()
+    assert info.value.status == 429 and not info.value.paused
+    assert info.value.retry_after is not None and 0 <= info.value.retry_after <= 2.0
+    row = _row(settings)
+    assert row.paused_until - row.rate_limited_since == timedelta(seconds=2)  # the backoff, as for no header
+
+
+def test_a_429_naming_a_date_without_a_zone_pauses_until_then(fake_openai: Any, settings: Any) -> None:
+    settings.LLM_RATE_LIMIT_MAX_PAUSE = 300.0
+    when = (timezone.now() + timedelta(hours=1)).strftime("%a, %d %b %Y %H:%M:%S -0000")
+    fake_openai.script(Reply(status=429, headers={"Retry-After": when}))
+    with pytest.raises(llm.LLMRateLimited) as info:
+        _ask()
+    assert info.value.status == 429 and not info.value.paused
+    row = _row(settings)
+    assert row.paused_until - row.rate_limited_since == timedelta(seconds=300)  # the hour named, capped
+
+
 def test_a_429_pauses_every_call_for_the_named_time_and_makes_none_meanwhile(fake_openai: Any, settings: Any) -> None:
     fake_openai.script(Reply(status=429, headers={"Retry-After": "30"}, error_message="slow down"), "after")
     with pytest.raises(llm.LLMRateLimited) as info:

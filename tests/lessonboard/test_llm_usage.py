@@ -3,6 +3,7 @@ or estimated and marked so, cost from the price table, the counters on /metrics,
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -58,6 +59,58 @@ def test_a_server_without_usage_gets_estimated_tokens_marked_so(priced: Any, fak
     call = LLMCall.objects.get()
     assert call.tokens_estimated and (call.prompt_tokens, call.completion_tokens) == (200, 100)
     assert call.cost == Decimal("0.0014")  # 200 × 2/1M + 100 × 10/1M
+
+
+@pytest.mark.parametrize(
+    ("sent", "tokens"),
+    [
+        ({}, (200, 100)),  # nothing known: the estimate, as for no usage at all
+        ({"prompt_tokens": None, "completion_tokens": None}, (200, 100)),
+        ({"total_tokens": 600}, (400, 200)),  # the total kept, split 2:1 as the estimate splits it
+        ({"prompt_tokens": 150, "total_tokens": 400}, (150, 250)),  # the missing count is the rest of it
+        ({"completion_tokens": 50}, (200, 50)),  # the count sent kept, the other estimated
+    ],
+)
+def test_a_usage_without_both_counts_is_estimated_and_keeps_what_it_says(
+    priced: Any, fake_openai: Any, sent: dict[str, Any], tokens: tuple[int, int]
+) -> None:
+    body = {
+        "id": "chatcmpl-usage",
+        "object": "chat.completion",
+        "created": 0,
+        "model": fake_openai.model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * 400}, "finish_reason": "stop"}],
+        "usage": sent,
+    }
+    fake_openai.script(Reply(body=json.dumps(body)))
+    with usage.context(purpose="other"):
+        llm.chat([{"role": "user", "content": "y" * 800}])  # estimated: 200 prompt, 100 completion tokens
+    call = LLMCall.objects.get()
+    assert call.tokens_estimated and (call.prompt_tokens, call.completion_tokens) == tokens
+    assert call.cost == (2 * tokens[0] + 10 * tokens[1]) / Decimal(1_000_000)  # "fake-model=2/10"
+
+
+def test_a_call_answered_under_a_dated_name_is_priced_as_the_model_asked_for(
+    priced: Any, fake_openai: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(fake_openai, "model", "fake-model-2024-08-06")  # as OpenAI answers "gpt-4o" calls
+    fake_openai.script(Reply(text="hi", prompt_tokens=1000, completion_tokens=200))
+    with usage.context(purpose="other"):
+        result = llm.chat([{"role": "user", "content": "hi"}])
+    assert fake_openai.chat_requests()[-1].json["model"] == "fake-model"
+    assert result.model == "fake-model-2024-08-06"
+    call = LLMCall.objects.get()
+    assert call.model == "fake-model-2024-08-06"  # the row keeps the model that answered
+    assert call.cost == Decimal("0.004")  # at "fake-model=2/10", not "*=1/1" (0.0012)
+
+
+def test_a_price_of_the_answering_model_comes_first_then_the_one_asked_for_then_star(settings: Any) -> None:
+    settings.LLM_PRICES = ["gpt-4o=2.5/10", "gpt-4o-2024-11-20=2/8", "*=1/1"]
+    assert usage.cost("gpt-4o-2024-08-06", 1000, 100, asked="gpt-4o") == Decimal("0.0035")
+    assert usage.cost("gpt-4o-2024-11-20", 1000, 100, asked="gpt-4o") == Decimal("0.0028")
+    assert usage.cost("llama-3-8b-q4", 1000, 100, asked="llama-3-8b") == Decimal("0.0011")
+    settings.LLM_PRICES = ["gpt-4o=2.5/10"]
+    assert usage.cost("llama-3-8b-q4", 1000, 100, asked="llama-3-8b") == 0
 
 
 def test_review_hyde_refine_and_probe_calls_are_recorded_with_their_purpose(
