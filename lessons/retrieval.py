@@ -544,13 +544,28 @@ def background_vectors(provider: embeddings.Provider) -> Any:
 def floor_passes(vectors: Any, similarities: Any, provider: embeddings.Provider) -> Any:
     """The floor's decision for many tasks at once (``floor_check``'s rule, one matrix product): for each
     task vector (a row) whether a lesson at that cosine similarity to it clears the closest everyday
-    off-topic sentence by ``RETRIEVAL_FLOOR_MARGIN`` — i.e. whether retrieval would serve it. The impact
-    preview and the knowledge gaps decide with this, never with a threshold of their own. A task the
-    software-work classifier vetoes (``not_software_work``) never passes, as in ``floor_check``."""
+    off-topic sentence by ``RETRIEVAL_FLOOR_MARGIN``, slid by its software-work score (``software_slide``)
+    — i.e. whether retrieval would serve it. The impact preview and the knowledge gaps decide with this,
+    never with a threshold of their own. A task the software-work classifier vetoes never passes, as in
+    ``floor_check``."""
     matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
     background = np.max(matrix @ background_vectors(provider).T, axis=1)
-    passes = np.asarray(similarities, dtype=np.float32) - background >= settings.RETRIEVAL_FLOOR_MARGIN
-    return passes & ~not_software_work(matrix, provider)
+    scores = software_scores(matrix, provider)
+    gap = np.asarray(similarities, dtype=np.float32) - background + software_slide(scores)
+    passes = gap >= settings.RETRIEVAL_FLOOR_MARGIN
+    if scores is None:
+        return passes
+    return passes & ~(scores < settings.RETRIEVAL_FLOOR_SOFTWARE_MIN)
+
+
+def software_slide(scores: Any) -> Any:
+    """How far the floor's margins move for a task's software-work score (or scores):
+    ``RETRIEVAL_FLOOR_SOFTWARE_SLIDE`` × the score clipped to −5…5, added to the task's gap — a task that
+    plainly is software work is served a little further from the lessons, one that barely is must come a
+    little closer (docs/lessons.md#floor). 0 without a classifier."""
+    if scores is None or not settings.RETRIEVAL_FLOOR_SOFTWARE_SLIDE:
+        return 0.0
+    return settings.RETRIEVAL_FLOOR_SOFTWARE_SLIDE * np.clip(scores, -5.0, 5.0)
 
 
 def background_similarity(vectors: Any, provider: embeddings.Provider) -> Any:
@@ -572,19 +587,23 @@ def floor_check(
     margin = settings.RETRIEVAL_FLOOR_MARGIN
     if agree:
         margin = min(margin, settings.RETRIEVAL_FLOOR_MARGIN_AGREE)
+    # The second witness: whether the task is about software work at all (lessons/software.py). Its score
+    # slides the margin (``software_slide``), and its veto below stands over every pass: both were chosen
+    # with the margins (docs/lessons.md#floor).
+    work = software_score(vector, provider)
+    slide = float(software_slide(work))
     verdict = {
         "best_similarity": round(best, 4),
         "background_similarity": round(background, 4),
-        "margin": margin,
+        "margin": round(margin - slide, 4),  # the margin this task had to clear
         "branches_agree": agree,
-        "passed": best - background >= margin,
+        "passed": best - background + slide >= margin,
     }
+    if slide:
+        verdict["software_slide"] = round(slide, 4)
     if agree and identifiers:
         verdict["rare_identifiers_agree"] = True
         verdict["passed"] = True
-    # The second witness: whether the task is about software work at all (lessons/software.py). Its veto
-    # stands over both above: it was chosen with them (docs/lessons.md#software-work).
-    work = software_score(vector, provider)
     if work is not None:
         verdict["software_score"] = round(work, 3)
         if work < settings.RETRIEVAL_FLOOR_SOFTWARE_MIN and verdict["passed"]:

@@ -139,6 +139,7 @@ def test_it_keeps_the_floors_background_vectors_for_the_next_process(corpus, mon
 
 def test_the_floor_is_relaxed_only_when_the_branches_agree_on_the_best_lesson(corpus, settings):
     agreeing = "bulk payments API calls answer HTTP 429"  # full text and vector both put "rate" first
+    settings.RETRIEVAL_FLOOR_SOFTWARE_SLIDE = 0.0  # the margins as set (the slide: its own test)
     settings.RETRIEVAL_EXACT_MIN_IDF = 100.0  # "429" alone is not a witness here (the next test: it can be)
     verdict = retrieval.search(agreeing, k=1, floor=False).explanation["floor"]
     assert verdict["branches_agree"] is True
@@ -149,14 +150,15 @@ def test_the_floor_is_relaxed_only_when_the_branches_agree_on_the_best_lesson(co
     settings.RETRIEVAL_FLOOR_MARGIN_AGREE = gap - 0.01  # … the agreement of the branches does
     result = retrieval.search(agreeing, k=1)
     assert [h.lesson.pk for h in result.hits] == [corpus["rate"].pk]
-    assert result.explanation["floor"]["margin"] == gap - 0.01
+    assert result.explanation["floor"]["margin"] == pytest.approx(gap - 0.01, abs=1e-4)
     off = retrieval.search("what should I wear to a summer wedding on the beach", k=1, floor=False)
     assert off.explanation["floor"]["branches_agree"] is False  # no full-text witness: the margin stays
-    assert off.explanation["floor"]["margin"] == settings.RETRIEVAL_FLOOR_MARGIN
+    assert off.explanation["floor"]["margin"] == pytest.approx(settings.RETRIEVAL_FLOOR_MARGIN, abs=1e-4)
 
 
 def test_the_floor_passes_a_task_whose_identifiers_are_in_the_lesson_both_branches_put_first(corpus, settings):
     task = "bulk payments API calls answer HTTP 429"  # "429" is in "rate", which both branches put first
+    settings.RETRIEVAL_FLOOR_SOFTWARE_SLIDE = 0.0
     settings.RETRIEVAL_EXACT_MIN_IDF = 0.5  # three lessons: a term in one of them is worth ~1 idf
     verdict = retrieval.search(task, k=1, floor=False).explanation["floor"]
     gap = verdict["best_similarity"] - verdict["background_similarity"]
@@ -167,6 +169,31 @@ def test_the_floor_passes_a_task_whose_identifiers_are_in_the_lesson_both_branch
     settings.RETRIEVAL_EXACT_MIN_IDF = 100.0  # without the identifier witness the same task is emptied
     result = retrieval.search(task, k=1)
     assert result.hits == [] and "rare_identifiers_agree" not in result.explanation["floor"]
+
+
+def test_the_floors_margin_slides_with_the_tasks_software_work_score(corpus, settings):
+    """A task that plainly is software work is served a little further from the lessons: its gap counts
+    RETRIEVAL_FLOOR_SOFTWARE_SLIDE × its classifier score too — in a retrieve and in ``floor_passes`` (the
+    impact preview's and the gaps' rule) alike."""
+    task = "put the /me and /cart endpoints behind Cloudflare"
+    settings.RETRIEVAL_FLOOR_SOFTWARE_SLIDE = 0.0
+    verdict = retrieval.search(task, k=1, floor=False).explanation["floor"]
+    gap, score = verdict["best_similarity"] - verdict["background_similarity"], verdict["software_score"]
+    assert score > 0.5 and "software_slide" not in verdict
+    settings.RETRIEVAL_FLOOR_MARGIN = settings.RETRIEVAL_FLOOR_MARGIN_AGREE = gap + 0.01  # the gap alone fails
+    assert retrieval.search(task, k=1).hits == []
+    settings.RETRIEVAL_FLOOR_SOFTWARE_SLIDE = 0.02 / score  # slid by 0.02: it clears the margin
+    result = retrieval.search(task, k=1)
+    assert [h.lesson.pk for h in result.hits] == [corpus["cache"].pk]
+    floor = result.explanation["floor"]
+    assert floor["software_slide"] == pytest.approx(0.02, abs=1e-3)
+    assert floor["margin"] == pytest.approx(gap + 0.01 - 0.02, abs=1e-3)  # the margin this task had to clear
+    provider = embeddings.provider()
+    vector = provider.embed_query(task)
+    best = floor["best_similarity"]
+    assert bool(retrieval.floor_passes(vector, [best], provider)[0]) is True
+    settings.RETRIEVAL_FLOOR_SOFTWARE_SLIDE = 0.0
+    assert bool(retrieval.floor_passes(vector, [best], provider)[0]) is False
 
 
 def test_a_number_of_one_or_two_digits_is_a_word_and_of_three_or_more_an_identifier(corpus):
