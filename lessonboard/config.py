@@ -451,7 +451,7 @@ VARS: tuple[Var, ...] = (
         default=(),
         lower=False,
         section="llm",
-        help="the price table of the usage records: `model=input/output` items (comma-separated) in currency units per million tokens, `*` for any other model (e.g. `gpt-4o=2.5/10,*=1/2`); a model without a price costs 0 ([usage](operations.md#llm-usage))",
+        help="the price table of the usage records: `model=input/output` items (comma-separated) in currency units per million tokens, `*` for any other model (e.g. `gpt-4o=2.5/10,*=1/2`); a call is priced as the model that answered, else the one asked for (`gpt-4o-2024-08-06` answering `gpt-4o`), else `*`; without any, it costs 0 ([usage](operations.md#llm-usage))",
     ),
     Var(
         "LESSONBOARD_LLM_CALL_RETENTION",
