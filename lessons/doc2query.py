@@ -22,6 +22,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -30,6 +31,7 @@ from django.utils import timezone
 
 from lessonboard import llm, pauses
 from lessonboard.celery import app
+from lessonboard.llm import promptfiles
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +41,8 @@ MAX_CHARS = 200  # one phrasing
 SWEEP_BATCH = 50
 WRITE_TASK = "lessons.tasks.write_applies_when"
 EMBED_TASK = "lessons.tasks.embed_lessons"
-SYSTEM = (
-    "You index lessons an AI coding agent learned from its mistakes. Given one lesson, write 3 to 5 short, "
-    "concrete tasks (one line each, at most 25 words, imperative, as a user would ask an agent) in which "
-    "this lesson applies. Name typical tools, products or files where they fit; do not repeat the lesson's "
-    "wording; write in the lesson's language. Answer with the tasks only, one per line, no numbering."
-)
+DOC2QUERY_PROMPT = promptfiles.load(Path(__file__).resolve().parent / "prompts", PROMPT_VERSION)
+SYSTEM = DOC2QUERY_PROMPT.text
 
 
 def enabled() -> bool:

@@ -70,13 +70,14 @@ def test_load_reads_the_text_name_and_version(tmp_path: Path) -> None:
 def test_the_code_sends_the_files_it_names() -> None:
     from lessonboard.llm import gateway
     from lessonq import generation
-    from lessons import retrieval
+    from lessons import doc2query, retrieval
     from lessons.review import proposer, scoring
     from refine import refiner
 
     sent = {
         generation.LESSON_PROMPT: generation.LESSON_SYSTEM_PROMPT,
         retrieval.HYDE_PROMPT: retrieval.HYDE_SYSTEM,
+        doc2query.DOC2QUERY_PROMPT: doc2query.SYSTEM,
         refiner.REFINER_PROMPT: refiner.SYSTEM_PROMPT,
         scoring.SCORE_PROMPT: scoring.PROMPT,
         gateway.PING_PROMPT: gateway.PING_PROMPT.text,
