@@ -48,11 +48,14 @@ def draft_from_job(job: Job) -> Draft:
 
 
 def draft_from_group(fingerprint: str) -> Draft | None:
-    """The draft for an error group: its newest dead job's task, the group's error and size."""
-    dead = Job.objects.dead().filter(fingerprint=fingerprint)
-    newest = dead.order_by("-finished_at", "-enqueued_at").first()
+    """The draft for an error group: its newest dead job's task, the group's error and its size and other
+    tasks in that job's workspace. A group spans workspaces (its fingerprint is the error's), but the
+    lesson goes to one: another workspace's tasks must not end up in its text, which that workspace's
+    agents are served."""
+    newest = Job.objects.dead().filter(fingerprint=fingerprint).order_by("-finished_at", "-enqueued_at").first()
     if newest is None:
         return None
+    dead = Job.objects.dead().filter(fingerprint=fingerprint, workspace_id=newest.workspace_id)
     total = dead.count()
     examples = list(dead.order_by("-finished_at").values_list("task", flat=True).distinct()[:4])
     lines = [

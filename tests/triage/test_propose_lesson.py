@@ -65,6 +65,29 @@ def test_it_draws_from_an_error_group(client_as: Any, alice: Any, bob: Any, jobs
     assert "data-propose-lesson" in client_as(alice).get("/queue/groups/").content.decode()
 
 
+def test_a_groups_draft_names_only_the_tasks_of_the_workspace_its_lesson_goes_to(
+    client_as: Any, alice: Any, jobs: Any
+) -> None:
+    """An error group spans workspaces; its lesson goes to the newest job's, whose agents are served it:
+    another workspace's task text and counts stay out of it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.factories import WorkspaceFactory
+
+    shop, billing = WorkspaceFactory(slug="shop"), WorkspaceFactory(slug="billing")
+    hour_ago = timezone.now() - timedelta(hours=1)
+    jobs(task="shop secret task", error="transient: 503 from the registry", workspace=shop, finished_at=hour_ago)
+    jobs(task="billing older task", error="transient: 503 from the registry", workspace=billing, finished_at=hour_ago)
+    jobs(task="billing newest task", error="transient: 503 from the registry", workspace=billing)
+    fingerprint = Job.objects.first().fingerprint
+    assert Job.objects.filter(fingerprint=fingerprint).count() == 3
+    html = client_as(alice).get("/queue/propose-lesson", {"group": fingerprint}).content.decode()
+    assert "billing newest task</textarea>" in html and "also: billing older task" in html
+    assert "shop secret task" not in html and "(2 dead jobs)" in html
+
+
 def test_viewers_cannot_propose_and_unknown_sources_are_404(client_as: Any, carol: Any, alice: Any, jobs: Any) -> None:
     job = jobs()
     assert client_as(carol).get("/queue/propose-lesson", {"job": job.id}).status_code == 403
