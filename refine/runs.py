@@ -143,6 +143,7 @@ def execute_run(
     try:
         with usage.context(
             purpose="refine",
+            workspace=run.workspace.slug if run.workspace_id and run.workspace else "",
             agent=run.agent,
             prompt=REFINER_PROMPT.name,
             version=REFINER_PROMPT.version,

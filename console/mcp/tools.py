@@ -25,7 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from lessonboard.api import ApiError, call_view, workspace_for
-from lessonboard.llm import limiter
+from lessonboard.llm import limiter, usage
 from lessonboard.models import AgentToken, TokenScope
 from lessons.review.api_views import outcome_payload, workspace_slug
 from lessons.review.proposals import InvalidProposal, parse_proposal
@@ -310,7 +310,9 @@ def _propose(raw: dict[str, Any], slug: str, agent: str) -> dict[str, Any]:
     # The review model's call is LLM work in a web thread: one of this process's places for it, no wait
     # for a node slot (docs/api.md#reviews-when-busy); with none free the heuristic scores it.
     try:
-        with limiter.web_call():
+        # Its LLM call counts against the workspace and agent it is for (the review pass's own context
+        # opens only in run_review, below).
+        with limiter.web_call(), usage.context(workspace=workspace.slug, agent=agent):
             proposal = rescored(proposal)
     except limiter.WebShareFull as exc:
         proposal = rescored(proposal, model=False)

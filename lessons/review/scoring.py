@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 from lessonboard import llm
-from lessonboard.llm import promptfiles, usage
+from lessonboard.llm import promptfiles, replies, usage
 from lessons.review.proposals import ReviewProposal
 
 log = logging.getLogger(__name__)
@@ -65,13 +65,21 @@ def model_score(proposal: ReviewProposal) -> tuple[float, str]:
             [{"role": "system", "content": PROMPT}, {"role": "user", "content": json.dumps(write, ensure_ascii=False)}],
             temperature=0.0,
         )
-    body = result.text.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
-    data = json.loads(body)
+    # A real model's reply: a <think> block first, a fence, a sentence around the object (lessonboard.llm.replies).
+    data = replies.extract_json(result.text).value
     score = data.get("score") if isinstance(data, dict) else None
-    if isinstance(score, bool) or not isinstance(score, int | float) or not 0.0 <= float(score) <= 1.0:
+    if isinstance(score, bool) or not isinstance(score, int | float) or not 0.0 <= _number(score) <= 1.0:
         raise ValueError(f"no score from 0 to 1 in the review model's reply: {result.text[:200]!r}")
     reason = str(data.get("reason") or "")[:300]
     return round(float(score), 2), f"review model {result.model}: {reason}".rstrip(": ")
+
+
+def _number(score: int | float) -> float:
+    """The score as a float; an integer too large for one is out of range, not an OverflowError."""
+    try:
+        return float(score)
+    except OverflowError:
+        return float("inf")
 
 
 def server_score(proposal: ReviewProposal, *, model: bool = True) -> tuple[float, str]:

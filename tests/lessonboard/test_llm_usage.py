@@ -127,7 +127,12 @@ def test_review_hyde_refine_and_probe_calls_are_recorded_with_their_purpose(
     fake_openai.script("LESSON: a\nMISTAKE: b\nCORRECTION: c")
     hypothetical_lesson("a task", workspace="acme")
     fake_openai.script("<critique>\n- fine\n</critique>\n<revised>\n" + "draft " * 40 + "\n</revised>")
-    run = RefineRun.objects.create(task="deploy", original_draft="draft " * 40, agent="coder", max_passes=1)
+    from lessonboard.models import Workspace
+
+    acme = Workspace.objects.for_slug("acme")
+    run = RefineRun.objects.create(
+        task="deploy", original_draft="draft " * 40, agent="coder", max_passes=1, workspace=acme
+    )
     runs.execute_run(run.pk, checker=None)
     LLMBreaker.objects.create(endpoint=settings.LLM_BASE_URL, state=BreakerState.OPEN, probe_at=timezone.now())
     assert breaker.probe() == "closed"
@@ -140,6 +145,28 @@ def test_review_hyde_refine_and_probe_calls_are_recorded_with_their_purpose(
     )
     assert rows["hyde"].workspace == "acme" and rows["refine"].refine_run_id == run.pk
     assert rows["refine"].agent == "coder" and rows["probe"].prompt_name == "ping"
+    assert rows["refine"].workspace == "acme"  # the run's workspace: the usage page groups spend by it
+
+
+def test_the_review_models_score_of_an_mcp_proposal_counts_against_its_workspace(
+    fake_openai: Any, settings: Any
+) -> None:
+    from console.mcp import tools
+    from lessonboard.models import Workspace
+    from lessonboard.tokens import issue_token
+
+    Workspace.objects.for_slug("acme")
+    token = issue_token("agent-acme", ["full"], workspaces=["acme"]).token
+    fake_openai.script(Reply(text='{"score": 0.9, "reason": "a fact"}'), Reply(text='{"proposals": []}'))
+    bound = tools.current_token.set(token)
+    try:
+        tools._propose.func(  # the tool's body, in this thread (the MCP endpoint runs it in a worker thread)
+            {"target": "memory", "op": "add", "content": "The staging cluster is kestrel.", "score": 0.5}, "acme", "bot"
+        )
+    finally:
+        tools.current_token.reset(bound)
+    score = LLMCall.objects.get(prompt_name="score")
+    assert (score.purpose, score.workspace, score.agent) == ("review", "acme", "bot")
 
 
 def test_failed_calls_are_recorded_and_refused_ones_are_not(fake_openai: Any) -> None:

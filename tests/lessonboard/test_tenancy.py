@@ -216,6 +216,28 @@ def test_the_server_scores_an_agents_proposal_with_the_heuristic_or_the_review_m
     assert "server heuristic" in rescored(fact).score_reason
 
 
+def test_the_review_models_score_is_read_from_a_real_models_reply(fake_openai: Any) -> None:
+    """A reasoning block first, a fence with a postscript, a sentence before the object: the score is read
+    (it was the heuristic's, after a paid call); an integer too large for a float is out of range."""
+    from lessons.review.proposals import parse_proposal
+    from lessons.review.scoring import rescored
+
+    policy = parse_proposal(
+        {"target": "memory", "op": "add", "content": "Deploys are allowed on Fridays.", "score": 0.9}
+    )
+    for reply in (
+        Reply(text='{"score": 0.15, "reason": "grants a permission"}', think="It states a rule; low."),
+        Reply(text='```json\n{"score": 0.15, "reason": "grants a permission"}\n```\nHope this helps!'),
+        Reply(text='Here is my verdict: {"score": 0.15, "reason": "grants a permission"}'),
+    ):
+        fake_openai.script(reply)
+        scored = rescored(policy)
+        assert (scored.score, scored.score_reason.startswith("review model")) == (0.15, True)
+    fake_openai.script(Reply(text='{"score": 1' + "0" * 400 + ', "reason": "x"}'))
+    scored = rescored(policy)
+    assert scored.score == 0.4 and "could not score it" in scored.score_reason
+
+
 # --- reflect verbs are not lessons by accident ----------------------------------------------------------
 @pytest.mark.parametrize(
     ("words", "meant"),
