@@ -386,7 +386,10 @@ def _reconcile_wal_record(
         transaction.on_commit(lambda: publish(pk), robust=True)
         report.dispatched += 1
         return
-    if _stale(record, now):
+    # Stale records expire at replay (chatcli's rule: a retried dead job keeps its EnqueuedAt, so an old one
+    # may be discarded at the next replay); the periodic sweep leaves a waiting job's record alone, so a job
+    # an operator just retried, or one waiting for an LLM, is not expired under them every 30 s.
+    if _stale(record, now) and (pull_in or row is None):
         wal().move_to(record.id, expired_dir())
         if row is None:
             row = record_from_wal(record, state=JobState.EXPIRED)

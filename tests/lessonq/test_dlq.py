@@ -50,6 +50,28 @@ def test_retry_resets_attempts_keeps_enqueued_at_and_moves_the_record(queue_dir:
     assert processing.process(job_id) == "success"
 
 
+def test_a_retried_old_dead_job_waits_through_sweeps_and_expires_only_at_the_next_replay(
+    queue_dir: Path, settings: Any
+) -> None:
+    """chatcli keeps a retried job's EnqueuedAt so that an old one may be discarded at the next replay; the
+    30-second sweep is no replay: a job an operator retried while it cannot run yet (no LLM here) waits."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from lessonq import reconcile
+    from tests.support.queue import make_job
+
+    settings.LLM_BASE_URL = ""  # no LLM: the retried job waits
+    job = make_job(state=JobState.DEAD, enqueued_at=timezone.now() - timedelta(days=8))
+    dlq.retry(job.id)
+    reconcile.sweep()
+    reconcile.sweep()
+    assert Job.objects.get(pk=job.id).state == JobState.PENDING and wal().exists(job.id)
+    assert reconcile.replay().expired == 1  # the boot drain's rule, as chatcli's
+    assert Job.objects.get(pk=job.id).state == JobState.EXPIRED and not wal().exists(job.id)
+
+
 def test_retry_of_an_unknown_id_fails_with_chatclis_message(queue_dir: Path) -> None:
     with pytest.raises(dlq.DLQError, match="lessonq runner: dlq entry 0123456789abcdef not found"):
         dlq.retry("0123456789abcdef")
