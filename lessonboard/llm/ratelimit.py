@@ -121,7 +121,8 @@ def pause_seconds(named: float | None, consecutive: int) -> float:
     cap = settings.LLM_RATE_LIMIT_MAX_PAUSE
     if named is not None:
         return min(named, cap)
-    return min(settings.LLM_RATE_LIMIT_BACKOFF * (2 ** max(consecutive - 1, 0)), cap)
+    # The doubling stops growing long past any cap: the 1,025th 429 in a row would make a float overflow.
+    return min(settings.LLM_RATE_LIMIT_BACKOFF * (2 ** min(max(consecutive - 1, 0), 32)), cap)
 
 
 def _endpoint() -> str:

@@ -223,3 +223,10 @@ def test_a_refine_run_that_meets_the_pause_goes_back_to_the_queue(fake_openai: A
     result = runs.execute_run(run.pk)
     assert result is not None and result.status == RunStatus.QUEUED and result.pass_count == 0
     assert result.error.startswith("waiting: LLM rate-limited until")
+
+
+def test_the_backoff_stays_at_its_cap_however_long_the_storm(settings: Any) -> None:
+    """A provider that answers 429 without a wait, 2,000 times in a row: the pause is the cap (the
+    doubling overflowed a float at the 1,025th)."""
+    assert ratelimit.pause_seconds(None, 2000) == settings.LLM_RATE_LIMIT_MAX_PAUSE
+    assert ratelimit.pause_seconds(None, 1) == settings.LLM_RATE_LIMIT_BACKOFF
