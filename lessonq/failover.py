@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -54,6 +56,10 @@ ADOPT_BATCH = 100
 
 class Fenced(Exception):
     """The job's row no longer names this node and this worker's claim: another node adopted it."""
+
+
+class LeaseLost(Exception):
+    """This node's lease moved to a new epoch while its keeper was busy (another node adopted from it)."""
 
 
 @dataclass(frozen=True)
@@ -128,12 +134,19 @@ ACTIVE_KIND = Kind("active", tuple(ACTIVE))
 DEAD_KIND = Kind("dead", (JobState.DEAD,))
 
 
-def adopt_expired(*, into: str | None = None, target: Wal | None = None, dead_target: Wal | None = None) -> int:
-    """Adopt the jobs of every other node whose lease has run out; how many were adopted."""
+def adopt_expired(
+    *,
+    into: str | None = None,
+    target: Wal | None = None,
+    dead_target: Wal | None = None,
+    between: Callable[[], None] | None = None,
+) -> int:
+    """Adopt the jobs of every other node whose lease has run out; how many were adopted. ``between`` runs
+    after each batch (the keeper renews its own lease there: a big backlog takes longer than a lease)."""
     into = into or settings.LESSONQ_QUEUE
     # Epoch 0: only the node's web has written the row (``lessonq.presence``), no worker ever held it.
     dead = NodeLease.objects.exclude(node=into).filter(expires_at__lt=Now(), epoch__gt=0).values_list("node", flat=True)
-    return sum(adopt(node, into=into, target=target, dead_target=dead_target) for node in list(dead))
+    return sum(adopt(node, into=into, target=target, dead_target=dead_target, between=between) for node in list(dead))
 
 
 def adopt(
@@ -143,6 +156,7 @@ def adopt(
     target: Wal | None = None,
     dead_target: Wal | None = None,
     force: bool = False,
+    between: Callable[[], None] | None = None,
 ) -> int:
     """Move ``node``'s active jobs (records into ``target``, this node's WAL by default), then its dead
     jobs (records into ``dead_target``, this node's DLQ), to ``into`` (this node by default), batch by
@@ -157,6 +171,8 @@ def adopt(
         while True:
             moved = _adopt_batch(node, into, folder, kind, force=force)
             total += moved
+            if between is not None:
+                between()
             if moved < ADOPT_BATCH:
                 break
     return total
@@ -268,6 +284,18 @@ class Keeper(threading.Thread):
         super().__init__(name="lessonq-lease", daemon=True)
         self.stopping = threading.Event()
         self.epoch: int | None = None
+        self.renewed_at = 0.0  # time.monotonic() of the last renewal
+
+    def keep_alive(self) -> None:
+        """Between adoption batches: renew this node's lease when a renewal is due. Adopting a dead node's
+        backlog (100,000 jobs, an fsync per record) outlasts a lease; unrenewed, this node would show as
+        gone and a third node adopt from it. ``LeaseLost`` when this node was adopted from meanwhile: the
+        adoption stops, and the next tick starts a new epoch."""
+        if time.monotonic() - self.renewed_at < settings.LESSONQ_NODE_LEASE_RENEW:
+            return
+        if self.epoch is None or not renew(self.epoch):
+            raise LeaseLost(f"this node's lease (epoch {self.epoch}) was lost while it adopted jobs")
+        self.renewed_at = time.monotonic()
 
     def run(self) -> None:
         while not self.stopping.is_set():
@@ -287,8 +315,10 @@ class Keeper(threading.Thread):
                     # adopted jobs' records out of this node's WAL now (at a start, replay does it).
                     log.warning("lessonq: epoch %d of this node was stale; now at epoch %d", stale, self.epoch)
                     reconcile.sweep()
+            self.renewed_at = time.monotonic()
             beat_for_this_worker()
-            if settings.LESSONQ_FAILOVER and adopt_expired():
+            if settings.LESSONQ_FAILOVER and adopt_expired(between=self.keep_alive):
+                self.keep_alive()
                 reconcile.sweep()  # dispatches the adopted jobs within this node's capacity
         except Exception:
             log.exception(

@@ -141,6 +141,44 @@ def test_adoption_moves_the_active_jobs_with_their_records_under_the_same_job_id
     assert job.claim(timeout=60) and Job.objects.get(pk=running).attempts == 2
 
 
+def test_the_adopter_renews_its_own_lease_while_it_adopts_a_big_backlog(
+    nodes: tuple[Node, Node], settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keeper adopting a dead node's backlog renews its own lease between batches when a renewal is due
+    (else a backlog that outlasts a lease shows it as gone and a third node adopts from it), and stops
+    adopting once it learns another node adopted from it."""
+    from lessonq import failover
+
+    a, b = nodes
+    submit_on(settings, a, *(f"backlog {n}" for n in range(failover.ADOPT_BATCH * 2 + 10)))
+    acquire(a.queue)
+    lease_runs_out(a)
+    become(settings, b)
+    keeper = failover.Keeper()
+    keeper.epoch = acquire(b.queue).epoch
+    clock = [1000.0]
+    monkeypatch.setattr(failover.time, "monotonic", lambda: clock[0])
+    keeper.renewed_at = clock[0]
+    write_records = failover.write_records
+
+    def slow_batch(target: Wal, jobs: list[Job]) -> list[str]:
+        clock[0] += settings.LESSONQ_NODE_LEASE_RENEW  # each batch takes a renewal interval
+        return write_records(target, jobs)
+
+    monkeypatch.setattr(failover, "write_records", slow_batch)
+    renewals: list[int] = []
+    real_renew = failover.renew
+    monkeypatch.setattr(failover, "renew", lambda epoch, node=None: renewals.append(epoch) or real_renew(epoch, node))
+    assert adopt_expired(between=keeper.keep_alive) == failover.ADOPT_BATCH * 2 + 10
+    assert renewals == [keeper.epoch] * 3  # one renewal after each of the 3 batches, none skipped
+
+    # Adopted from meanwhile (its epoch moved on): the next batch's check stops the adoption.
+    NodeLease.objects.filter(node=b.queue).update(epoch=keeper.epoch + 1)
+    clock[0] += settings.LESSONQ_NODE_LEASE_RENEW
+    with pytest.raises(failover.LeaseLost):
+        keeper.keep_alive()
+
+
 def test_two_concurrent_adopters_adopt_each_job_exactly_once(
     nodes: tuple[Node, Node], settings: Any, tmp_path: Path
 ) -> None:
