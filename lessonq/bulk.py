@@ -7,11 +7,13 @@ each purge as well)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -24,6 +26,9 @@ from lessonq.triage.queries import forget_counts
 # Items per progress write and cancel check; retries run a chunk as one batch (``dlq.retry_many``:
 # grouped WAL fsyncs, one UPDATE), so the chunk also sets how many directory fsyncs a bulk retry pays.
 CHUNK = 100
+# The advisory-lock class of a bulk action's runner (the object id is the action's): a PostgreSQL session
+# lock, so a worker killed mid-run lets it go with its connection.
+RUNNER_LOCK = 0x62756C6B  # "bulk"
 
 
 def start(
@@ -51,15 +56,40 @@ def start(
     return bulk
 
 
+@contextmanager
+def _runner(bulk_id: int) -> Iterator[bool]:
+    """Whether this process is the action's only runner now (the lock held for the whole run)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [RUNNER_LOCK, bulk_id])
+        held = bool(cursor.fetchone()[0])
+    try:
+        yield held
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [RUNNER_LOCK, bulk_id])
+
+
 def run(bulk_id: int) -> str:
-    """Run a queued bulk action to the end (or until cancelled). Idempotent: a second delivery finds
-    it no longer queued and returns; items already done are never run twice."""
-    now = timezone.now()
-    claimed = BulkAction.objects.filter(pk=bulk_id, state=BulkState.QUEUED).update(
-        state=BulkState.RUNNING, started_at=now
-    )
-    if not claimed:
-        return "not queued"
+    """Run a queued bulk action to the end (or until cancelled). Idempotent: a second delivery while the
+    first runs finds the runner's lock taken and returns; one after the end finds it finished; items
+    already done are never run twice. A delivery after its runner died (the worker killed mid-run: the
+    message comes back, CELERY_TASK_REJECT_ON_WORKER_LOST) finds the lock free and the action still
+    running or cancelling, and finishes it from the first item without an outcome."""
+    with _runner(bulk_id) as alone:
+        if not alone:
+            return "running elsewhere"
+        now = timezone.now()
+        claimed = BulkAction.objects.filter(pk=bulk_id, state=BulkState.QUEUED).update(
+            state=BulkState.RUNNING, started_at=now
+        )
+        orphaned = BulkAction.objects.filter(pk=bulk_id, state__in=(BulkState.RUNNING, BulkState.CANCELLING))
+        if not claimed and not orphaned.exists():
+            return "not queued"
+        return _run_items(bulk_id)
+
+
+def _run_items(bulk_id: int) -> str:
     bulk = BulkAction.objects.select_related("created_by").get(pk=bulk_id)
     action = dlq.retry if bulk.kind == BulkKind.RETRY else dlq.purge
     reason = f"bulk {bulk.kind} #{bulk.pk}"

@@ -123,6 +123,39 @@ def test_a_queued_bulk_action_cancelled_before_it_starts_never_runs(client_as: A
 
 
 @pytest.mark.django_db
+def test_a_bulk_action_whose_runner_died_is_finished_by_the_next_delivery(alice: Any, jobs: Any) -> None:
+    """The worker killed mid-run: the message comes back (reject on worker lost), finds the action still
+    running and the runner's lock free, and finishes it from the first item without an outcome; while a
+    runner holds the lock, another delivery leaves it alone."""
+    from django.db import connection, connections
+
+    made = [jobs(agent="orphan") for _ in range(3)]
+    action = bulk.start("purge", [j.id for j in made], scope="selection", filter={}, matched=3, user=alice)
+    # What the dead runner left: the action running, the first item done, the rest without an outcome.
+    BulkAction.objects.filter(pk=action.pk).update(state=BulkState.RUNNING, started_at=timezone.now(), processed=1)
+    first = BulkItem.objects.get(bulk=action, position=0)
+    bulk.dlq.purge(first.job_id, user=alice)
+    BulkItem.objects.filter(pk=first.pk).update(outcome="done")
+
+    other = connections.create_connection("default")  # a live runner elsewhere holds the lock
+    assert other.settings_dict["NAME"] == connection.settings_dict["NAME"]
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [bulk.RUNNER_LOCK, action.pk])
+        assert bulk.run(action.pk) == "running elsewhere"
+        assert BulkItem.objects.filter(bulk=action, outcome="").count() == 2
+    finally:
+        other.close()  # its session ends: the lock goes with it, as a killed worker's does
+
+    assert bulk.run(action.pk) == "done"
+    action.refresh_from_db()
+    assert (action.state, action.processed) == ("done", 3)
+    assert Job.objects.filter(agent="orphan", state=JobState.PURGED).count() == 3
+    assert AuditEvent.objects.get(action="queue.bulk_purge").result["items"] == {j.id: "done" for j in made}
+    assert bulk.run(action.pk) == "not queued"  # a late delivery after the end does nothing
+
+
+@pytest.mark.django_db
 def test_a_viewer_cannot_cancel(client_as: Any, alice: Any, carol: Any, jobs: Any) -> None:
     action = bulk.start("retry", [jobs().id], scope="selection", filter={}, matched=1, user=alice)
     assert client_as(carol).post(f"/queue/bulk/{action.pk}/cancel").status_code == 403
