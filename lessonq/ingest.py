@@ -291,12 +291,15 @@ def _known(
             metrics.ENQUEUE.labels(outcome="accepted").inc()
             return Enqueued(record.id, "accepted", dispatched=dispatched)
         if state in ACTIVE:
-            # Our append found no record, so the row was adopted from it a moment ago (a replay running
-            # concurrently) or its record was lost; either way the row's state is the record's truth.
             job = Job.objects.get(pk=record.id)
-            wal().update(job.wal_job())
-            metrics.ENQUEUE.labels(outcome="accepted").inc()
-            return Enqueued(record.id, "accepted", dispatched=dispatch(job, now=now))
+            if job.node == settings.LESSONQ_QUEUE:
+                # Our append found no record, so the row was adopted from it a moment ago (a replay running
+                # concurrently) or its record was lost; either way the row's state is the record's truth.
+                wal().update(job.wal_job())
+                metrics.ENQUEUE.labels(outcome="accepted").inc()
+                return Enqueued(record.id, "accepted", dispatched=dispatch(job, now=now))
+            # Active on another node (the balancer sent the repeat here): that node's record and queue run
+            # it, so this one is a duplicate, as a repeat on the same node is.
         if state is not None:
             wal().ack(record.id)
     metrics.ENQUEUE.labels(outcome="deduped").inc()

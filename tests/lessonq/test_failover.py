@@ -179,6 +179,21 @@ def test_the_adopter_renews_its_own_lease_while_it_adopts_a_big_backlog(
         keeper.keep_alive()
 
 
+def test_a_repeat_sent_to_another_node_while_the_job_is_active_is_deduped_there(
+    nodes: tuple[Node, Node], settings: Any
+) -> None:
+    """The balancer sends the same trigger to node B while node A still has the job: B answers deduped,
+    keeps no record of it, and A's job and record are untouched (B used to answer accepted, rewrite the
+    record into its own WAL, dispatch A's job into its queue and expire the stray record later)."""
+    a, b = nodes
+    (job_id,) = submit_on(settings, a, "busy on a")
+    become(settings, b)
+    again = enqueue(LessonRequest(task="busy on a", attempt="a", outcome="ERROR: x", trigger="error"))
+    assert (again.job_id, again.status) == (job_id, "deduped")
+    assert not b.wal().exists(job_id) and a.wal().exists(job_id)
+    assert Job.objects.get(pk=job_id).node == a.queue
+
+
 def test_two_concurrent_adopters_adopt_each_job_exactly_once(
     nodes: tuple[Node, Node], settings: Any, tmp_path: Path
 ) -> None:
