@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django import forms
 
+from lessonboard.models import Workspace
 from refine.models import RefineMode, RunStatus
 
 YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
@@ -18,6 +19,11 @@ class RunFilterForm(forms.Form):
 
 class ModeForm(forms.Form):
     agent = forms.CharField(max_length=200)
+    # Modes are per workspace (an agent of the same name in another workspace has its own); empty: the
+    # workspace-less pool's, for agents that name no workspace.
+    workspace = forms.ModelChoiceField(
+        queryset=Workspace.objects.order_by("slug"), to_field_name="slug", required=False, empty_label="(no workspace)"
+    )
     mode = forms.ChoiceField(choices=RefineMode.choices)
 
 

@@ -177,12 +177,16 @@ def modes(request: HttpRequest) -> HttpResponse:
             raise PermissionDenied(needs_role("lessonboard.operate_queue"))
         form = ModeForm(request.POST)
         if form.is_valid():
-            row = runs.set_mode(form.cleaned_data["agent"], form.cleaned_data["mode"], user=request.user)
-            messages.success(request, f"Refine mode for {row.agent} is now {row.mode}.")
+            workspace = form.cleaned_data["workspace"]
+            row = runs.set_mode(
+                form.cleaned_data["agent"], form.cleaned_data["mode"], user=request.user, workspace=workspace
+            )
+            where = f" in {workspace.slug}" if workspace else " (no workspace)"
+            messages.success(request, f"Refine mode for {row.agent}{where} is now {row.mode}.")
             return redirect("refine:modes")
     context = {
         "form": form,
-        "modes": AgentRefineMode.objects.select_related("updated_by"),
+        "modes": AgentRefineMode.objects.select_related("updated_by", "workspace").order_by("agent", "workspace__slug"),
         "can_operate": request.user.has_perm("lessonboard.operate_queue"),
         "statuses": RunStatus,
     }

@@ -129,6 +129,23 @@ def test_it_sets_agent_modes_from_the_page(client_as, alice, carol):
     assert "coder" in html and "Set a mode" not in html
 
 
+def test_the_modes_page_sets_and_shows_a_workspaces_own_mode(client_as, alice):
+    """Modes are per (workspace, agent): what a bound token set for its workspace's agent is shown with that
+    workspace, and a person can change that mode, not only the workspace-less pool's."""
+    from lessonboard.models import Workspace
+    from refine import runs
+
+    shop = Workspace.objects.for_slug("shop")
+    runs.set_mode("coder", "on", workspace=shop)
+    page = client_as(alice)
+    assert page.post("/refine/modes/", {"agent": "coder", "workspace": "shop", "mode": "off"}).status_code == 302
+    assert AgentRefineMode.objects.mode_for("coder", shop) == "off"
+    assert AgentRefineMode.objects.mode_for("coder") == "auto"  # the pool's own is untouched
+    html = page.get("/refine/modes/").content.decode()
+    assert "<td>shop</td>" in html
+    assert page.post("/refine/modes/", {"agent": "coder", "workspace": "nowhere", "mode": "off"}).status_code == 400
+
+
 def test_it_polls_a_run_in_flight_and_stops_when_it_is_done(client_as, carol):
     run = RefineRun.objects.create(task="t", original_draft=ORIGINAL, agent="coder")
     client = client_as(carol)
