@@ -136,7 +136,7 @@ def database_from_url(url: str, *, name: str = "DATABASE_URL") -> dict[str, obje
     """A Django DATABASES entry from ``postgres://user:pass@host:port/db?host=/socket/dir``."""
     parts = urlsplit(url)
     if parts.scheme not in {"postgres", "postgresql", "pgsql"}:
-        raise ImproperlyConfigured(f"{name} must be a postgresql:// URL (PostgreSQL ≥ 14 with pgvector)")
+        raise ImproperlyConfigured(f"{name} must be a postgresql:// URL (PostgreSQL ≥ 15 with pgvector and pg_trgm)")
     query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
     host = query.pop("host", None) or unquote(parts.hostname or "")
     db_name = unquote(parts.path.lstrip("/"))
