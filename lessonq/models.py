@@ -207,7 +207,7 @@ class Job(models.Model):
             next_attempt_at=gojson.local(self.next_attempt_at),
             attempts=self.attempts,
             last_error=self.last_error,
-            workspace=self.workspace.slug if self.workspace_id else "",
+            workspace=self.workspace.slug if self.workspace_id and self.workspace else "",
             agent=self.agent,
             token_id=self.agent_token_id or 0,
         )

@@ -55,7 +55,7 @@ def draft_from_group(fingerprint: str) -> Draft | None:
     newest = Job.objects.dead().filter(fingerprint=fingerprint).order_by("-finished_at", "-enqueued_at").first()
     if newest is None:
         return None
-    dead = Job.objects.dead().filter(fingerprint=fingerprint, workspace_id=newest.workspace_id)
+    dead = Job.objects.dead().filter(fingerprint=fingerprint, workspace=newest.workspace)
     total = dead.count()
     examples = list(dead.order_by("-finished_at").values_list("task", flat=True).distinct()[:4])
     lines = [
