@@ -16,6 +16,7 @@ from lessons.reflect.engine import (
     parse_shortstat,
     select_targets,
     snapshot_hash,
+    strip_html_comments,
     strip_injection_chars,
     validate,
 )
@@ -324,3 +325,21 @@ def test_it_skips_content_checks_when_the_flags_are_off() -> None:
 def test_it_strips_invisible_characters_and_html_comments() -> None:
     dirty = "a\u200bb\u200c\u200d\u2060\ufeffc \u202eevil\u202c \u2066x\u2069 <!-- hidden\nline -->visible"
     assert strip_injection_chars(dirty) == "abc evil x visible"
+
+
+def test_html_comments_go_as_the_regex_removes_them_in_one_pass_over_any_text() -> None:
+    """AIOSON's rule is ``re.sub(r"<!--[\\s\\S]*?-->", "")``; that regex is quadratic on a text of openings
+    without a close (a 160 KB commit held a web thread 41 s). The one-pass version gives the regex's output
+    on every string of the pieces that matter, and takes a big unclosed text (8 MB here) at once."""
+    import random
+    import re
+
+    regex = re.compile(r"<!--[\s\S]*?-->")
+    pieces = ["<", "!", "-", ">", "a", "<!--", "-->", "\n"]
+    rng = random.Random(7)
+    for _ in range(20000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        assert strip_html_comments(text) == regex.sub("", text), text
+    unclosed = "---\ngenerated_at: 1\n---\n" + "<!--" * 2_000_000
+    assert strip_html_comments(unclosed) == unclosed
+    assert strip_html_comments(unclosed + "-->tail") == "---\ngenerated_at: 1\n---\ntail"
