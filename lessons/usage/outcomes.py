@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -76,10 +76,21 @@ def baselines() -> dict[tuple[str, str], float]:
     return {(row["workspace"], row["agent"]): row["ok"] / row["n"] for row in rows if row["n"]}
 
 
+# The transaction-level advisory locks that order refreshes of the same lessons (class, lesson id mod
+# USAGE_LOCK_BUCKETS): a bounded number per transaction, whatever the number of lessons.
+USAGE_LOCK = 0x75736167  # "usag"
+USAGE_LOCK_BUCKETS = 1024
+
+
+@transaction.atomic
 def refresh_usage(lesson_ids: Iterable[int] | None = None) -> int:
     """Recompute outcomes, successes, usefulness and the review flag of these lessons (``None``: every
     lesson with an outcome) from the log; returns how many. An outcome moves its agent's baseline, which
-    every lesson served to that agent depends on: the periodic ``refresh_all_usage`` task catches those up."""
+    every lesson served to that agent depends on: the periodic ``refresh_all_usage`` task catches those up.
+
+    Two refreshes of the same lesson run one after the other (its lock, taken before the log is read,
+    held to the commit): each writes the lesson's counts whole, so two reports read side by side would
+    each write what it saw without the other's outcome, and the later write would lose one."""
     served = Served.objects.filter(retrieval__success__isnull=False)
     if lesson_ids is None:
         ids = sorted(set(served.values_list("lesson_id", flat=True)))
@@ -88,6 +99,9 @@ def refresh_usage(lesson_ids: Iterable[int] | None = None) -> int:
         served = served.filter(lesson_id__in=ids)
     if not ids:
         return 0
+    with connection.cursor() as cursor:  # in one order everywhere: no two refreshes wait for each other
+        for bucket in sorted({pk % USAGE_LOCK_BUCKETS for pk in ids}):
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [USAGE_LOCK, bucket])
     base = baselines()
     samples: dict[int, list[tuple[tuple[str, str], bool]]] = defaultdict(list)
     rows = served.values_list("lesson_id", "retrieval__workspace", "retrieval__agent", "retrieval__success")

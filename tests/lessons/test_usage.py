@@ -263,3 +263,47 @@ def test_the_log_can_be_switched_off(api: ApiClient, settings: Any) -> None:
     body = retrieve(api, "anything")
     assert body["retrieval_id"] is None
     assert not Retrieval.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_outcome_reports_at_once_both_count_on_the_lesson_they_served(api: ApiClient) -> None:
+    """Two reports on different retrievals that served the same lesson: the second waits for the first's
+    refresh to commit before it reads the log, so the lesson's counts have both (each refresh writes them
+    whole; read side by side, the later write lost the other's outcome)."""
+    import threading
+
+    from django.db import connection, connections, transaction
+
+    from lessons.usage.outcomes import report_outcome
+    from tests.support.wait import wait_for
+
+    helm = lesson("deploying with helm charts", "pass --atomic to helm upgrade", tags=["helm"])
+    first = retrieve(api, "deploy the chart with helm", k=1)["retrieval_id"]
+    second = retrieve(api, "upgrade the helm release", k=1)["retrieval_id"]
+    assert Served.objects.filter(lesson=helm).count() == 2
+    errors: list[BaseException] = []
+
+    def report_second() -> None:
+        try:
+            report_outcome(second, success=False)
+        except BaseException as exc:  # handed to the test thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=report_second)
+    with transaction.atomic():
+        report_outcome(first, success=True)  # its refresh done, not yet committed
+        other.start()
+        with connection.cursor() as cursor:  # the second report waits on a lock this transaction holds
+
+            def second_waits() -> bool:  # pg_locks is live (pg_stat_activity is a snapshot per transaction)
+                cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()")
+                return bool(cursor.fetchone()[0])
+
+            wait_for(lambda: errors or second_waits(), timeout=30, what="the second report to wait")
+            assert not errors, errors
+    other.join(timeout=30)
+    assert not other.is_alive() and not errors
+    usage = LessonUsage.objects.get(lesson=helm)
+    assert (usage.outcomes, usage.successes) == (2, 1)
