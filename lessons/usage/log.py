@@ -91,12 +91,23 @@ def embed_task(retrieval_id: int) -> bool:
     return True
 
 
+PURGE_BATCH = 5000
+
+
 def purge_old(now: Any = None) -> int:
-    """Delete retrievals older than ``RETRIEVAL_LOG_RETENTION`` (0 keeps them forever); the lessons'
-    usage counts stay as they were."""
+    """Delete retrievals older than ``RETRIEVAL_LOG_RETENTION`` (0 keeps them forever); how many rows went
+    (the retrievals and what cascaded). A lesson's times served stay; its outcomes, usefulness and flag are
+    over the outcomes still in the log (``refresh_usage``)."""
     days = settings.RETRIEVAL_LOG_RETENTION
     if not days:
         return 0
     cutoff = (now or timezone.now()) - timedelta(seconds=days)
-    deleted, _ = Retrieval.objects.filter(created_at__lt=cutoff).delete()
+    # In batches, reading ids only: a cascading delete loads the rows it deletes, and a retrieval's row
+    # holds the task's vector — the first purge after retention was lowered ran out of memory.
+    deleted = 0
+    while ids := list(
+        Retrieval.objects.filter(created_at__lt=cutoff).order_by("id").values_list("id", flat=True)[:PURGE_BATCH]
+    ):
+        count, _ = Retrieval.objects.filter(id__in=ids).only("id").delete()
+        deleted += count
     return deleted

@@ -97,6 +97,12 @@ def refresh_usage(lesson_ids: Iterable[int] | None = None) -> int:
     else:
         ids = sorted(set(lesson_ids))
         served = served.filter(lesson_id__in=ids)
+    if lesson_ids is None:
+        # Every lesson: one whose outcomes have all left the log (older than its retention) has none now,
+        # as one that still has some is counted over those alone.
+        LessonUsage.objects.exclude(lesson_id__in=served.values("lesson_id")).exclude(
+            outcomes=0, successes=0, usefulness=None, flagged=False
+        ).update(outcomes=0, successes=0, usefulness=None, flagged=False, updated_at=timezone.now())
     if not ids:
         return 0
     with connection.cursor() as cursor:  # in one order everywhere: no two refreshes wait for each other

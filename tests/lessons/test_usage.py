@@ -258,6 +258,34 @@ def test_retention_deletes_old_retrievals_and_keeps_counts(api: ApiClient, setti
     assert LessonUsage.objects.get(lesson=helm).served == 2
 
 
+def test_outcomes_that_left_the_log_leave_the_lessons_scores_too(
+    api: ApiClient, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention deletes old retrievals in batches; a lesson's outcomes, usefulness and flag are then over
+    the outcomes still in the log — one whose outcomes all left has none (it stayed flagged, first in the
+    flagged sort, forever), and its times served stay."""
+    from lessons.usage import log
+
+    settings.RETRIEVAL_LOG_RETENTION = 86400.0
+    settings.USEFULNESS_MIN_SAMPLES = 1
+    monkeypatch.setattr(log, "PURGE_BATCH", 1)  # three retrievals: three batches
+    helm = lesson("deploying with helm charts", "pass --atomic to helm upgrade", tags=["helm"])
+    _served_and_reported(api, "bot", "deploy the chart with helm", False)
+    _served_and_reported(api, "bot", "upgrade the helm release", False)
+    other = lesson("writing a csv export", "stream rows, never build the file in memory", tags=["csv"])
+    _served_and_reported(api, "bot", "export the orders as csv", True)
+    refresh_all_usage()
+    assert LessonUsage.objects.get(lesson=helm).flagged is True
+    with time_machine.travel(timezone.now() + timedelta(days=1, seconds=1)):
+        assert purge_old() >= 3
+        refresh_all_usage()
+    assert not Retrieval.objects.exists()
+    for gone in (helm, other):
+        usage = LessonUsage.objects.get(lesson=gone)
+        assert (usage.outcomes, usage.successes, usage.usefulness, usage.flagged) == (0, 0, None, False)
+    assert LessonUsage.objects.get(lesson=helm).served == 2
+
+
 def test_the_log_can_be_switched_off(api: ApiClient, settings: Any) -> None:
     settings.RETRIEVAL_LOG = False
     body = retrieve(api, "anything")
