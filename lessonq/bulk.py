@@ -7,16 +7,15 @@ each purge as well)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from lessonboard import locks
 from lessonboard.models import AuditEvent
 from lessonq import dlq
 from lessonq.models import Job
@@ -56,27 +55,13 @@ def start(
     return bulk
 
 
-@contextmanager
-def _runner(bulk_id: int) -> Iterator[bool]:
-    """Whether this process is the action's only runner now (the lock held for the whole run)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [RUNNER_LOCK, bulk_id])
-        held = bool(cursor.fetchone()[0])
-    try:
-        yield held
-    finally:
-        if held:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [RUNNER_LOCK, bulk_id])
-
-
 def run(bulk_id: int) -> str:
     """Run a queued bulk action to the end (or until cancelled). Idempotent: a second delivery while the
     first runs finds the runner's lock taken and returns; one after the end finds it finished; items
     already done are never run twice. A delivery after its runner died (the worker killed mid-run: the
     message comes back, CELERY_TASK_REJECT_ON_WORKER_LOST) finds the lock free and the action still
     running or cancelling, and finishes it from the first item without an outcome."""
-    with _runner(bulk_id) as alone:
+    with locks.alone(RUNNER_LOCK, bulk_id) as alone:  # held for the whole run
         if not alone:
             return "running elsewhere"
         now = timezone.now()

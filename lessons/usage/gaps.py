@@ -29,8 +29,6 @@ changed or went, and compares the lessons changed since the last refresh with ev
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,11 +36,12 @@ from urllib.parse import urlencode
 
 import numpy as np
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count, Max, Q
 from django.urls import reverse
 from django.utils import timezone
 
+from lessonboard import locks
 from lessonboard.celery import app
 from lessonboard.models import DerivedState
 from lessons.usage.models import Retrieval
@@ -357,7 +356,7 @@ def refresh(*, force: bool = False) -> int:
     it may have changed (``classify``), with a full pass at least every ``FULL_PASS_EVERY``."""
     from lessons import embeddings
 
-    with _alone() as alone:
+    with locks.alone(REFRESH_LOCK) as alone:
         if not alone:
             data = DerivedState.read(SNAPSHOT)
             return len(data.get("groups", [])) if data else 0
@@ -388,19 +387,6 @@ def _known(data: dict[str, Any] | None, model_id: str, now: datetime) -> tuple[K
 
 # The advisory lock ``refresh`` holds (a PostgreSQL session lock: a process that dies lets it go).
 REFRESH_LOCK = int.from_bytes(hashlib.sha256(SNAPSHOT.encode()).digest()[:8], "big", signed=True)
-
-
-@contextmanager
-def _alone() -> Iterator[bool]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [REFRESH_LOCK])
-        held = bool(cursor.fetchone()[0])
-    try:
-        yield held
-    finally:
-        if held:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [REFRESH_LOCK])
 
 
 def _store(groups: list[GapGroup], nearest: dict[str, Any], store: dict[str, Any]) -> int:
