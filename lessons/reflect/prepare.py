@@ -90,6 +90,10 @@ def _prepare(
     )
     forced = force and not evaluation.relevant
     with transaction.atomic():
+        # The workspace's row lock, as a commit holds it: a manifest written while a commit runs would be
+        # deleted from disk by that commit and its row marked consumed, and two prepares at once could leave
+        # the newest row naming another manifest than the file.
+        Workspace.objects.select_for_update().only("pk").get(pk=workspace.pk)
         try:
             path = bootstrap.write_manifest(repo, manifest)
         except OSError as exc:
