@@ -226,6 +226,31 @@ def classify(
     return answered, off, nearest_of
 
 
+REEMBED_PER_REFRESH = 200
+
+
+def reembed_other_models(window: list[Any]) -> int:
+    """Queue the task vectors again of open gaps embedded by another model than today's (the embedding
+    model was switched): ``classify`` skips them, so they would never close on their own nor group with
+    the new ones. At most ``REEMBED_PER_REFRESH`` a refresh, each at most once in 10 minutes."""
+    from django.core.cache import cache
+
+    from lessons import embeddings
+    from lessons.usage.log import schedule_task_embedding
+
+    provider = embeddings.provider()
+    if provider is None:
+        return 0
+    queued = 0
+    for pk, *_rest, embedding, model_id in window:
+        if embedding is None or model_id == provider.model_id or queued >= REEMBED_PER_REFRESH:
+            continue
+        if cache.add(f"gaps:reembed:{pk}", 1, timeout=600):
+            schedule_task_embedding(pk)
+            queued += 1
+    return queued
+
+
 def close_answered(answered: dict[int, int]) -> int:
     """Close the gaps a lesson would now be served for, naming the lesson."""
     now = timezone.now()
@@ -257,18 +282,21 @@ def _grouped(
     answered, off, nearest = classify(window, known)
     if close and answered:
         close_answered(answered)
+    if close:
+        reembed_other_models(window)
     window = [row for row in window if row[0] not in answered]
     verdicts: dict[int, list[bool]] = {}
     groups: list[GapGroup] = []
-    # The groups' head vectors by dimension, in the order the groups were made (first match wins).
-    heads: dict[int, tuple[np.ndarray, list[int]]] = {}
+    # The groups' head vectors by model (e5's and MiniLM's are both 384-d, but not comparable), in the
+    # order the groups were made (first match wins).
+    heads: dict[str, tuple[np.ndarray, list[int]]] = {}
     by_text: dict[str, GapGroup] = {}
     threshold = settings.GAP_GROUP_SIMILARITY
     for pk, task, agent, slug, created, embedding, model_id in window:
         vector = None if embedding is None else _unit(np.asarray(embedding, dtype=np.float32))
         group = None
-        if vector is not None and vector.shape[0] in heads:
-            matrix, owners = heads[vector.shape[0]]
+        if vector is not None and model_id in heads:
+            matrix, owners = heads[model_id]
             hits = np.flatnonzero(matrix[: len(owners)] @ vector >= threshold)
             if hits.size:
                 group = groups[owners[int(hits[0])]]
@@ -280,7 +308,7 @@ def _grouped(
             groups.append(group)
             if vector is not None:
                 matrix, owners = heads.setdefault(
-                    vector.shape[0], (np.empty((len(window), vector.shape[0]), dtype=np.float32), [])
+                    model_id, (np.empty((len(window), vector.shape[0]), dtype=np.float32), [])
                 )
                 matrix[len(owners)] = vector
                 owners.append(len(groups) - 1)

@@ -191,6 +191,35 @@ def test_gaps_group_similar_tasks_by_their_vectors(api: ApiClient, client_as: An
     assert [g.count for g in gaps.open_gap_groups()] == [1]
 
 
+def test_gaps_embedded_by_another_model_are_embedded_again_and_group_per_model(
+    api: ApiClient, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    """After the embedding model is switched, a gap's old vector is neither compared with the new model's
+    vectors (e5's and MiniLM's are both 384-d) nor left to never close: the refresh queues its task's
+    vector again, and once it is there the gap groups with the new ones."""
+    from lessons.usage import log
+
+    tasks = ["rotate the TLS certificates of the ingress", "rotate the ingress TLS certificates"]
+    ids = [retrieve(api, task, workspace="empty-project")["retrieval_id"] for task in tasks]
+    for pk in ids:
+        assert embed_task(pk)
+    old = Retrieval.objects.get(pk=ids[0])
+    Retrieval.objects.filter(pk=ids[0]).update(embedding_model="another-model")  # the same vector, another model
+    sent: list[int] = []
+    monkeypatch.setattr(log.app, "send_task", lambda name, args, queue: sent.append(args[0]))
+    with django_capture_on_commit_callbacks(execute=True):
+        gaps.refresh(force=True)
+    assert sent == [ids[0]]  # queued again, once
+    assert sorted(g.count for g in gaps.open_gap_groups()) == [1, 1]  # not compared across models
+    with django_capture_on_commit_callbacks(execute=True):
+        gaps.refresh(force=True)
+    assert sent == [ids[0]]  # not again while the first is on its way
+    assert embed_task(ids[0])  # what the embed worker does with it
+    assert Retrieval.objects.get(pk=ids[0]).embedding_model == old.embedding_model
+    gaps.refresh(force=True)
+    assert [g.count for g in gaps.open_gap_groups()] == [2]
+
+
 def test_only_reviewers_dismiss_gaps(api: ApiClient, client_as: Any, carol: Any) -> None:
     pk = retrieve(api, "rotate the TLS certificates", workspace="empty-project")["retrieval_id"]
     assert client_as(carol).get("/lessons/gaps/").status_code == 200
