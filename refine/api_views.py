@@ -218,6 +218,8 @@ def refine_mode(request: ApiRequest) -> JsonResponse:
         if not agent:
             raise ApiError("'agent' is required", field="agent")
         workspace = named_workspace(request.agent_token, query.workspace, create=False)
+        if query.workspace and workspace is None:  # a workspace not made yet has no modes: not the pool's
+            return JsonResponse({"agent": agent.lower(), "mode": RefineMode.AUTO})
         return JsonResponse({"agent": agent.lower(), "mode": AgentRefineMode.objects.mode_for(agent, workspace)})
     body = validated(ModeBody, json_body(request, max_bytes=8192))
     agent = body.agent.strip()

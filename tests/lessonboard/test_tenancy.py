@@ -291,6 +291,13 @@ def test_a_refine_run_and_an_agents_mode_belong_to_their_workspace(settings: Any
     assert a.get("/api/v1/refine/mode", {"agent": "coder", "workspace": "ws-a"}).json()["mode"] == "off"
     modes = {(m.workspace.slug, m.agent): m.mode for m in AgentRefineMode.objects.all()}  # type: ignore[union-attr]
     assert modes == {("ws-a", "coder"): "off", ("ws-b", "coder"): "on"}
+    # A workspace not made yet has no modes: reading one is auto, not the workspace-less pool's mode.
+    from refine import runs
+
+    runs.set_mode("coder", "on")  # the pool's
+    unbound = ApiClient(issue_token("any", ["full"]).plaintext)
+    assert unbound.get("/api/v1/refine/mode", {"agent": "coder", "workspace": "not-yet"}).json()["mode"] == "auto"
+    assert unbound.get("/api/v1/refine/mode", {"agent": "coder"}).json()["mode"] == "on"
 
 
 def test_a_bound_token_cannot_write_into_the_workspace_less_pool() -> None:
