@@ -28,7 +28,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from lessonboard.llm import usage
-from lessonboard.llm.errors import LLMError, LLMRateLimited
+from lessonboard.llm.errors import LLMError, LLMRateLimited, LLMSaturated
 from lessonboard.metrics import LLM_BREAKER_RECOVERIES, LLM_BREAKER_TRIPS
 from lessonboard.models import BreakerState, LLMBreaker
 
@@ -223,6 +223,11 @@ def probe(*, now: datetime | None = None) -> str:
         # Reachable, but a rate limit is no answer: the breaker stays open until a probe is answered.
         LLMBreaker.objects.filter(pk=key, state=BreakerState.HALF_OPEN).update(state=BreakerState.OPEN)
         log.info("llm breaker: probe rate-limited, still open: %s", exc.message)
+        return "open"
+    except LLMSaturated as exc:
+        # No slot for it, so no call was made: nothing was learnt; the next probe is due an interval on.
+        LLMBreaker.objects.filter(pk=key, state=BreakerState.HALF_OPEN).update(state=BreakerState.OPEN)
+        log.info("llm breaker: no slot for the probe, still open: %s", exc.message)
         return "open"
     except LLMError as exc:
         if exc.outage:

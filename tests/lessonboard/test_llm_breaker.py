@@ -110,6 +110,23 @@ def test_a_due_probe_that_gets_an_answer_closes_it_and_runs_the_recovery_hooks(
     assert _ask().text == "ok" and llm.unavailable_reason() == ""
 
 
+def test_a_probe_that_finds_no_free_slot_leaves_it_open_and_says_so(fake_openai, threshold, settings, monkeypatch):
+    """Every slot taken: the probe's call is not made, so nothing closed the breaker — it stays open (it
+    answered "closed" while the row stayed half-open) and the next probe is an interval away."""
+    from lessonboard.llm import breaker as llm_breaker
+
+    _open(fake_openai, threshold)
+    asked = len(fake_openai.chat_requests())
+
+    def no_slot(**_: Any) -> None:
+        raise llm.LLMSaturated("every slot of the node is taken")
+
+    monkeypatch.setitem(llm_breaker._probe_call, "ping", no_slot)
+    assert breaker.probe(now=timezone.now() + timedelta(seconds=31)) == "open"
+    row = _row(settings)
+    assert row.state == BreakerState.OPEN and len(fake_openai.chat_requests()) == asked
+
+
 def test_a_refine_run_waits_queued_while_it_is_open(fake_openai, threshold, settings):
     _open(fake_openai, threshold)
     run = RefineRun.objects.create(task="deploy", original_draft="draft " * 40, agent="coder", max_passes=1)
