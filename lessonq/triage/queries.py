@@ -25,6 +25,7 @@ from django.db.models.lookups import IContains
 from django.utils import timezone
 
 from lessonboard.models import AuditEvent
+from lessonq.jobid import is_job_id
 from lessonq.models import Job, JobQuerySet, JobState
 from lessonq.paths import base, dlq, expired_dir, wal
 from lessonq.wal import WalError
@@ -180,14 +181,33 @@ def _encode(values: list[Any]) -> str:
 
 
 def _decode(cursor: str, keys: tuple[tuple[str, bool], ...]) -> list[Any] | None:
+    """The cursor's values, each of its key's type — an aware time for ``*_at``, an int for ``attempts``, a
+    JobID for ``id`` — or ``None``: a hand-edited cursor starts from the top (never a 500)."""
     try:
         values = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         if not isinstance(values, list) or len(values) != len(keys):
             return None
-        return [
-            datetime.fromisoformat(v) if name.endswith("_at") else v for v, (name, _) in zip(values, keys, strict=True)
-        ]
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        decoded: list[Any] = []
+        for value, (name, _) in zip(values, keys, strict=True):
+            if name.endswith("_at"):
+                if not isinstance(value, str):
+                    return None
+                moment = datetime.fromisoformat(value)
+                if moment.tzinfo is None:
+                    return None
+                decoded.append(moment)
+            elif name == "attempts":
+                if type(value) is not int or not 0 <= value < 2**31:
+                    return None
+                decoded.append(value)
+            elif name == "id":
+                if not isinstance(value, str) or not is_job_id(value):
+                    return None
+                decoded.append(value)
+            else:  # pragma: no cover - every ordering's keys are above
+                return None
+        return decoded
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, RecursionError):
         return None  # a hand-edited cursor starts from the top
 
 

@@ -141,10 +141,38 @@ def test_it_returns_every_row_exactly_once_across_pages_with_equal_timestamps(jo
     assert len(seen) == len(made) and set(seen) == made
 
 
-def test_it_starts_from_the_top_on_a_hand_edited_cursor(client_as: Any, carol: Any, jobs: Any) -> None:
+def cursor_of(values: Any) -> str:
+    """A cursor as the page encodes one (base64 of JSON; text given as is, for what JSON cannot make)."""
+    import base64
+    import json
+
+    raw = values if isinstance(values, str) else json.dumps(values)
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    ("sort", "values"),
+    [
+        ("newest", "not-a-cursor!"),
+        ("newest", ["2024-01-01T00:00:00+00:00", None]),  # Q(id__lt=None): a ValueError
+        ("newest", ["2024-01-01T00:00:00", "0000000000000000"]),  # a naive time
+        ("newest", [5, "0000000000000000"]),
+        ("attempts", ["abc", "2024-01-01T00:00:00+00:00", "0000000000000000"]),  # not a number
+        ("attempts", [{}, "2024-01-01T00:00:00+00:00", "0000000000000000"]),  # a TypeError
+        ("attempts", [10**30, "2024-01-01T00:00:00+00:00", "0000000000000000"]),
+        ("oldest", ["2024-01-01T00:00:00+00:00", "x\u0000"]),  # a NUL: PostgreSQL refuses it
+        ("newest", "[" * 5000),  # RecursionError in the JSON reader
+    ],
+)
+def test_it_starts_from_the_top_on_a_hand_edited_cursor(
+    client_as: Any, carol: Any, jobs: Any, api: Any, sort: str, values: Any
+) -> None:
     job = jobs()
-    response = client_as(carol).get("/queue/", {"tab": "dead", "after": "not-a-cursor!"})
+    after = values if values == "not-a-cursor!" else cursor_of(values)
+    response = client_as(carol).get("/queue/", {"tab": "dead", "sort": sort, "after": after})
     assert response.status_code == 200 and job.id in response.content.decode()
+    operator = api.get("/api/v1/operator/dlq", {"sort": sort, "after": after})
+    assert operator.status_code in (200, 400), operator.content[:300]
 
 
 def test_it_escapes_job_text(client_as: Any, carol: Any, jobs: Any) -> None:
