@@ -10,6 +10,7 @@ from lessonq.jobid import is_job_id
 from lessonq.models import Trigger
 from lessonq.triage.models import BulkKind
 from lessonq.triage.queries import AGES, DEFAULT_TAB, SORTS, TABS, JobFilter
+from lessons.forms import form_tags
 
 AGE_CHOICES = [("", "any"), *((k, k) for k in AGES)]
 
@@ -71,4 +72,4 @@ class LessonDraftForm(forms.Form):
     tags = forms.CharField(required=False, max_length=500, help_text="comma-separated")
 
     def clean_tags(self) -> list[str]:
-        return [t.strip().lower() for t in self.cleaned_data["tags"].split(",") if t.strip()][:20]
+        return form_tags(self.cleaned_data["tags"], most=20)

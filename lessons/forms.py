@@ -7,10 +7,22 @@ from django import forms
 from lessons.language import clean_code
 from lessons.models import LessonStatus
 
+TAG_MAX = 200  # a tag's characters: the lesson's tags column (and the API's Tags)
+
 
 def split_tags(raw: str) -> list[str]:
     """``"Go, edit-file, ,go"`` → ``["go", "edit-file", "go"]`` (chatcli's tag normalisation, docs/compat/chatcli.md#lesson-parser)."""
     return [piece.strip().lower() for piece in raw.split(",") if piece.strip()]
+
+
+def form_tags(raw: str, *, most: int | None = None) -> list[str]:
+    """A form's comma-separated tags (``split_tags``; the first ``most`` of them), or a form error naming a
+    tag longer than a lesson holds — a page saving it answered a 500 ("value too long")."""
+    tags = split_tags(raw)[:most]
+    for tag in tags:
+        if len(tag) > TAG_MAX:
+            raise forms.ValidationError(f"a tag has at most {TAG_MAX} characters: {tag[:40]}… has {len(tag)}")
+    return tags
 
 
 class SearchForm(forms.Form):
@@ -79,7 +91,7 @@ class LessonEditForm(forms.Form):
     reason = forms.CharField(required=False, max_length=2000, help_text="why (kept in the history)")
 
     def clean_tags(self) -> list[str]:
-        return split_tags(self.cleaned_data["tags"])
+        return form_tags(self.cleaned_data["tags"])
 
     def clean_lang(self) -> str:
         try:

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django import forms
 
 from lessonboard.models import Workspace
+from lessons.forms import form_tags
 from refine.models import RefineMode, RunStatus
 
 YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
@@ -34,4 +35,4 @@ class LessonProposalForm(forms.Form):
     tags = forms.CharField(required=False, max_length=500, help_text="comma-separated")
 
     def clean_tags(self) -> list[str]:
-        return [t.strip().lower() for t in self.cleaned_data["tags"].split(",") if t.strip()]
+        return form_tags(self.cleaned_data["tags"])

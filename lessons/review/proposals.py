@@ -7,7 +7,7 @@ store's message (docs/compat/hermes.md#outcome-buckets).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -22,7 +22,7 @@ class LessonFields(BaseModel):
     mistake: str = Field(default="", max_length=2000)
     correction: str = Field(min_length=1, max_length=2000)
     trigger: str = Field(default="review", max_length=50)
-    tags: list[str] = Field(default_factory=list, max_length=20)
+    tags: list[Annotated[str, Field(max_length=200)]] = Field(default_factory=list, max_length=20)
 
 
 class ReviewProposal(BaseModel):

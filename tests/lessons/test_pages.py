@@ -126,6 +126,40 @@ def test_it_sends_anonymous_users_to_login(client, lesson):
     assert response.status_code == 302 and "/accounts/login/" in response["Location"]
 
 
+def test_a_tag_longer_than_a_lesson_holds_is_a_form_error_on_every_page_that_takes_tags(
+    client_as, alice, bob, lesson, jobs
+):
+    """A lesson's tag holds 200 characters: the edit page, the propose-lesson form of a dead job and the
+    refine proposal form answer a form error naming it (the edit page saved it: a 500, "value too long";
+    the others staged a proposal whose approval then failed the same way)."""
+    from lessons.review.models import Proposal
+    from lessons.review.proposals import InvalidProposal, parse_proposal
+
+    long_tag = "x" * 201
+    edit = client_as(bob).post(
+        f"/lessons/{lesson.pk}/edit",
+        {"situation": "s", "correction": "c", "tags": f"http, {long_tag}", "trigger": "error", "confidence": "0.7"},
+    )
+    assert edit.status_code == 200 and "a tag has at most 200 characters" in edit.content.decode()
+    lesson.refresh_from_db()
+    assert lesson.tags == ["rate-limit", "429"]
+    job = jobs()
+    staged = client_as(alice).post(
+        "/queue/propose-lesson", {"job": job.id, "situation": "s", "mistake": "m", "correction": "c", "tags": long_tag}
+    )
+    assert staged.status_code == 200 and "a tag has at most 200 characters" in staged.content.decode()
+    assert not Proposal.objects.exists()
+    with pytest.raises(InvalidProposal):  # what an agent's own lesson proposal says too
+        parse_proposal(
+            {
+                "target": "lesson",
+                "op": "add",
+                "score": 0.5,
+                "lesson": {"situation": "s", "correction": "c", "tags": [long_tag]},
+            }
+        )
+
+
 def test_it_lets_a_reviewer_edit_archive_restore_and_merge(client_as, bob, lesson):
     client = client_as(bob)
     response = client.post(
