@@ -185,7 +185,7 @@ def valid_key(kind: str, key: str) -> bool:
     """An error group is a 16-hex fingerprint; the other kinds are row ids."""
     if kind == "dead":
         return re.fullmatch(r"[0-9a-f]{16}", key) is not None
-    return key.isdigit() and len(key) < 19
+    return key.isascii() and key.isdigit() and len(key) < 19  # "²".isdigit() too
 
 
 def items_for(user: Any) -> list[Item]:

@@ -85,6 +85,15 @@ def test_it_refuses_a_viewer_approving_from_the_inbox(client_as, carol, stage):
     assert Proposal.objects.get(pk=row.pk).status == "pending"
 
 
+@pytest.mark.parametrize("kind", ["proposal", "doc", "gap"])
+def test_a_key_that_is_no_row_id_is_refused_not_a_500(client_as, bob, kind):
+    """ "²" is a digit to str.isdigit() (int() refuses it); an id of 4,301 digits is past int()'s limit."""
+    action = "close" if kind == "gap" else "approve"
+    for key in ("²", "1" * 4301):
+        response = client_as(bob).post("/inbox/act", {"kind": kind, "key": key, "action": action})
+        assert response.status_code == 400, (kind, key[:5], response.status_code)
+
+
 def test_it_retries_an_error_group_in_place(client_as, alice, jobs):
     dead = [jobs(error="permanent: quota exceeded") for _ in range(3)]
     fingerprint = Job.objects.get(pk=dead[0].pk).fingerprint

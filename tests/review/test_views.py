@@ -218,6 +218,12 @@ def test_undo_after_the_grace_period_is_refused(bob, client_as, stage, time_mach
     assert memory.entries_of(row.workspace, "memory") == ["one"]
 
 
+def test_bulk_ids_that_are_no_row_ids_are_left_out_not_a_500(bob, client_as):
+    for ids in ("²", "1" * 4301):
+        response = client_as(bob).post("/reviews/bulk", {"ids": ids, "action": "reject", "reason": "x"})
+        assert response.status_code == 302, (ids[:5], response.status_code)
+
+
 def test_bulk_approve_and_reject_on_a_selection(bob, client_as, stage):
     rows = stage(add("a"), add("b"), add("c"))
     client = client_as(bob)
