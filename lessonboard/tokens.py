@@ -49,6 +49,8 @@ def issue_token(
         raise ValueError(f"unknown scope(s): {', '.join(sorted(unknown))}; known: {', '.join(TokenScope.values)}")
     if not name.strip():
         raise ValueError("a token needs a name")
+    if len(name.strip()) > AgentToken._meta.get_field("name").max_length:  # type: ignore[operator]
+        raise ValueError(f"a token's name has at most {AgentToken._meta.get_field('name').max_length} characters")
     bound = sorted(set(workspaces))
     bad = [slug for slug in bound if not re.match(SLUG_RE, slug)]
     if bad:

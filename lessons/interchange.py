@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import DataError, IntegrityError, transaction
 from django.utils import timezone as dj_timezone
 from django.utils.dateparse import parse_datetime
 
@@ -437,8 +437,8 @@ def import_jsonl(path: Path, *, actor: str = "import") -> ImportReport:
                 raise InterchangeError(f"{where}: missing key {exc.args[0]!r}") from exc
             except IntegrityError as exc:
                 raise InterchangeError(f"{where}: clashes with a lesson already here: {exc}") from exc
-            except (TypeError, ValueError) as exc:
-                raise InterchangeError(f"{where}: {exc}") from exc
+            except (TypeError, ValueError, DataError) as exc:  # DataError: a NUL, a value too long for its column
+                raise InterchangeError(f"{where}: {str(exc).splitlines()[0]}") from exc
             report.created += 1
             created.append(lesson.pk)
         schedule_embedding(created)

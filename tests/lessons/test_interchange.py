@@ -167,6 +167,37 @@ def test_it_refuses_bad_files_with_a_message(tmp_path):
     assert Lesson.objects.count() == 0
 
 
+def test_bad_command_line_input_is_a_message_not_a_traceback(tmp_path):
+    """A directory or an unwritable path, a value the database refuses in a JSONL row (a NUL, a trigger
+    over 50 characters), a --workspace that is no slug, a token name or a username too long: each a
+    CommandError naming what is wrong, nothing written."""
+    lesson = persist_lesson(situation="s1", mistake="m", correction="c1", tags=["a"], trigger="error").lesson
+    path = tmp_path / "lessons.jsonl"
+    interchange.export_jsonl(path)
+    Lesson.objects.all().delete()
+    with pytest.raises(CommandError, match="Is a directory"):
+        call_command("lessons", "import", str(tmp_path))
+    with pytest.raises(CommandError, match="Is a directory"):
+        call_command("lessons", "export", str(tmp_path), "--format", "jsonl")
+    row = json.loads(path.read_text().splitlines()[0])
+    for field, value in (("situation", "a\u0000b"), ("trigger", "t" * 51)):
+        bad = tmp_path / f"bad-{field}.jsonl"
+        bad.write_text(json.dumps({**row, "lesson": {**row["lesson"], field: value}}) + "\n")
+        with pytest.raises(CommandError, match=r"bad-.*\.jsonl:1"):
+            call_command("lessons", "import", str(bad))
+    assert Lesson.objects.count() == 0 and lesson.pk
+    index = tmp_path / "memory_index.json"
+    index.write_text("[]")
+    with pytest.raises(CommandError, match="is not a workspace slug"):
+        call_command("lessons", "import", str(index), "--workspace", "Not A Slug")
+    with pytest.raises(CommandError, match="at most 100 characters"):
+        call_command("create_agent_token", "n" * 101)
+    with pytest.raises(CommandError, match="at most 150 characters"):
+        call_command("create_user", "u" * 151, "--role", "viewer")
+    with pytest.raises(CommandError, match="username"):
+        call_command("create_user", "bad name!", "--role", "viewer")
+
+
 def test_it_imports_exports_and_reembeds_from_the_command_line(memory_index, tmp_path, capsys):
     call_command("lessons", "import", str(memory_index))
     assert "2 created" in capsys.readouterr().out

@@ -4,7 +4,9 @@ import secrets
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Field
 
 from lessonboard.models import AuditEvent
 from lessonboard.roles import ROLES, assign_role
@@ -24,6 +26,14 @@ class Command(BaseCommand):
         username = options["username"].strip()
         if not username:
             raise CommandError("username must not be empty")
+        field = User._meta.get_field(User.USERNAME_FIELD)
+        assert isinstance(field, Field)  # the user model's username: a column, not a relation
+        try:  # the admin's and the login form's rules: at most 150 letters, digits and @.+-_
+            field.run_validators(username)
+        except ValidationError as exc:
+            raise CommandError(f"username {username[:40]!r}: {' '.join(exc.messages)}") from exc
+        if field.max_length and len(username) > field.max_length:
+            raise CommandError(f"username has at most {field.max_length} characters ({len(username)} given)")
         if User.objects.filter(username=username).exists():
             raise CommandError(f"user {username!r} already exists")
         password = options["password"] or secrets.token_urlsafe(12)

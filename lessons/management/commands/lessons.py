@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from lessonboard.models import AuditEvent, Workspace
+from lessonboard.models import SLUG_RE, AuditEvent, Workspace
 from lessons import embeddings, interchange, vectors
 from lessons.models import Lesson
 
@@ -102,6 +103,8 @@ class Command(BaseCommand):
                 self.export(options)
         except interchange.InterchangeError as exc:
             raise CommandError(str(exc)) from exc
+        except OSError as exc:  # a directory, a path it may not read or write
+            raise CommandError(f"{exc.filename or options.get('path')}: {exc.strerror or exc}") from exc
         except embeddings.EmbeddingError as exc:
             raise CommandError(f"embedding failed: {exc}") from exc
 
@@ -171,6 +174,10 @@ class Command(BaseCommand):
             report = interchange.import_jsonl(path)
         else:
             slug = options["workspace"]
+            if slug and not re.match(SLUG_RE, slug):
+                raise CommandError(
+                    f"--workspace {slug[:40]!r} is not a workspace slug (lower-case letters, digits, '.', '_', '-')"
+                )
             workspace = Workspace.objects.for_slug(slug) if slug else None
             report = interchange.import_memory_index(path, workspace=workspace)
         AuditEvent.record("lessons.import", object_type="lesson", result=report.__dict__, reason=str(path))
