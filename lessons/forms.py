@@ -4,6 +4,7 @@ from typing import Any
 
 from django import forms
 
+from lessonboard.models import SLUG_RE
 from lessons.language import clean_code
 from lessons.models import LessonStatus
 
@@ -72,7 +73,12 @@ class SearchForm(forms.Form):
 
 class ManualLessonForm(forms.Form):
     text = forms.CharField(max_length=20_000, widget=forms.Textarea(attrs={"rows": 3}), label="Lesson")
-    workspace = forms.SlugField(required=False, max_length=100)
+    workspace = forms.RegexField(
+        regex=SLUG_RE,
+        required=False,
+        max_length=100,
+        error_messages={"invalid": "Use lower-case letters, digits, '.', '_' or '-', starting with a letter or digit."},
+    )
 
 
 class LessonEditForm(forms.Form):

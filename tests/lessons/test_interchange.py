@@ -196,6 +196,8 @@ def test_bad_command_line_input_is_a_message_not_a_traceback(tmp_path):
         call_command("create_user", "u" * 151, "--role", "viewer")
     with pytest.raises(CommandError, match="username"):
         call_command("create_user", "bad name!", "--role", "viewer")
+    with pytest.raises(CommandError, match="is not a workspace slug"):
+        call_command("reflect_docs", "attach", "Bad_Slug", "--repo", str(tmp_path))
 
 
 def test_it_imports_exports_and_reembeds_from_the_command_line(memory_index, tmp_path, capsys):

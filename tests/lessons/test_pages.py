@@ -198,6 +198,14 @@ def test_it_lets_a_reviewer_edit_archive_restore_and_merge(client_as, bob, lesso
     assert other.status == LessonStatus.ARCHIVED and other.superseded_by_id == lesson.pk
     assert client.post("/lessons/new", {"text": "always run the focused test first"}).status_code == 302
     assert Lesson.objects.filter(trigger="manual", situation="always run the focused test first").exists()
+    # A workspace the slug rule refuses (upper case, an underscore first) is a form error, not a new workspace.
+    from lessonboard.models import Workspace
+
+    for slug in ("Bad_Slug", "_x"):
+        refused = client.post("/lessons/new", {"text": "pin the node version", "workspace": slug}, follow=True)
+        assert "a valid workspace slug" in refused.content.decode()
+        assert not Workspace.objects.filter(slug=slug).exists()
+        assert not Lesson.objects.filter(situation="pin the node version").exists()
 
 
 EDIT_FORM = {

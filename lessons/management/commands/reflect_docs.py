@@ -7,13 +7,14 @@ Flags and exit codes are AIOSON's: any result with ``ok:false`` exits 1, ``ok:tr
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from lessonboard.models import Workspace
+from lessonboard.models import SLUG_RE, Workspace
 from lessons.reflect.api_views import GIT_RANGE
 from lessons.reflect.commit import bad_input, commit_reflection, files_from_payload
 from lessons.reflect.engine import MANIFEST_PATH
@@ -69,6 +70,10 @@ class Command(BaseCommand):
 
     def _attach(self, options: dict[str, Any]) -> None:
         gate = None if options["human_gate"] is None else options["human_gate"] == "on"
+        if not re.match(SLUG_RE, options["workspace"]):
+            raise CommandError(
+                f"{options['workspace'][:40]!r} is not a workspace slug (lower-case letters, digits, '.', '_', '-')"
+            )
         check_repository(options["repo"])  # before for_slug: a refused path creates no workspace
         workspace = Workspace.objects.for_slug(options["workspace"])
         attach_repository(workspace, repo_path=options["repo"], bootstrap_dir=options["bootstrap_dir"], human_gate=gate)
@@ -103,8 +108,8 @@ class Command(BaseCommand):
                 return bad_input(NO_INPUT)
         try:
             files = files_from_payload(json.loads(raw))
-        except ValueError as exc:  # JSON errors and BadInput
-            return bad_input(str(exc))
+        except (ValueError, RecursionError) as exc:  # JSON errors (nested too deep too) and BadInput
+            return bad_input(str(exc) or type(exc).__name__)
         return commit_reflection(workspace=workspace, files=files, agent=options["agent"], dry_run=options["dry_run"])
 
     def _explain(self, result: dict[str, Any]) -> None:
