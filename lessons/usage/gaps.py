@@ -236,7 +236,7 @@ def reembed_other_models(window: list[Any]) -> int:
     from django.core.cache import cache
 
     from lessons import embeddings
-    from lessons.usage.log import schedule_task_embedding
+    from lessons.usage.task_vectors import schedule_task_embedding
 
     provider = embeddings.provider()
     if provider is None:

@@ -13,16 +13,14 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from lessonboard.celery import app
 from lessons.usage.models import LessonUsage, Retrieval, Served
+from lessons.usage.task_vectors import schedule_task_embedding
 
 if TYPE_CHECKING:
     from lessonboard.models import AgentToken
     from lessons.retrieval import Hit
 
 log = logging.getLogger(__name__)
-
-EMBED_RETRIEVAL = "lessons.tasks.embed_retrieval"  # the task (lessons/tasks.py) and its queue, ``embed``
 
 
 def record_retrieval(
@@ -56,21 +54,6 @@ def record_retrieval(
         LessonUsage.objects.filter(lesson_id__in=ids).update(served=F("served") + 1)
         schedule_task_embedding(row.pk)
     return row
-
-
-def schedule_task_embedding(retrieval_id: int) -> None:
-    """Queue the embed worker for this retrieval's task once the transaction commits; a broker that is
-    down costs only the gap grouping and impact preview of this one row (they skip rows with no vector)."""
-    if settings.EMBEDDING_PROVIDER == "none":
-        return
-
-    def send() -> None:
-        try:  # published by name, as refine and the queue do: the task module imports this one
-            app.send_task(EMBED_RETRIEVAL, args=[retrieval_id], queue="embed")
-        except Exception:
-            log.warning("lessons: could not queue the embedding of retrieval %s", retrieval_id, exc_info=True)
-
-    transaction.on_commit(send)
 
 
 def embed_task(retrieval_id: int) -> bool:

@@ -197,7 +197,7 @@ def test_gaps_embedded_by_another_model_are_embedded_again_and_group_per_model(
     """After the embedding model is switched, a gap's old vector is neither compared with the new model's
     vectors (e5's and MiniLM's are both 384-d) nor left to never close: the refresh queues its task's
     vector again, and once it is there the gap groups with the new ones."""
-    from lessons.usage import log
+    from lessons.usage import task_vectors
 
     tasks = ["rotate the TLS certificates of the ingress", "rotate the ingress TLS certificates"]
     ids = [retrieve(api, task, workspace="empty-project")["retrieval_id"] for task in tasks]
@@ -206,7 +206,7 @@ def test_gaps_embedded_by_another_model_are_embedded_again_and_group_per_model(
     old = Retrieval.objects.get(pk=ids[0])
     Retrieval.objects.filter(pk=ids[0]).update(embedding_model="another-model")  # the same vector, another model
     sent: list[int] = []
-    monkeypatch.setattr(log.app, "send_task", lambda name, args, queue: sent.append(args[0]))
+    monkeypatch.setattr(task_vectors.app, "send_task", lambda name, args, queue: sent.append(args[0]))
     with django_capture_on_commit_callbacks(execute=True):
         gaps.refresh(force=True)
     assert sent == [ids[0]]  # queued again, once

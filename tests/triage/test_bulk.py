@@ -146,7 +146,17 @@ def test_a_bulk_action_whose_runner_died_is_finished_by_the_next_delivery(alice:
         assert BulkItem.objects.filter(bulk=action, outcome="").count() == 2
     finally:
         other.close()  # its session ends: the lock goes with it, as a killed worker's does
+    from tests.support.wait import wait_for
 
+    def lock_gone() -> bool:  # the server lets go once the closed session's backend has ended
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s::oid AND objid = %s::oid",
+                [bulk.RUNNER_LOCK, action.pk],
+            )
+            return cursor.fetchone()[0] == 0
+
+    wait_for(lock_gone, timeout=30, what="the closed session's lock to go")
     assert bulk.run(action.pk) == "done"
     action.refresh_from_db()
     assert (action.state, action.processed) == ("done", 3)
